@@ -1,0 +1,44 @@
+# Two commands do all the set-up on a fresh machine with Python >= 3.10:
+#   make book   builds the site into _build/html (creating .venv first)
+#   make test   runs every check: lint, unit tests, nbval over every chapter,
+#               the book build with warnings as errors, and the offline-site scan
+# .ci/run calls `make test`.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+JOBS   ?= 2
+
+.PHONY: book test lint unit notebooks site env clean
+
+env: $(VENV)/.installed
+
+# Re-install when the pins change.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e ".[book,test]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3
+	touch $@
+
+book: env
+	$(BIN)/jupyter-book build . -n -W --keep-going
+
+lint: env
+	$(BIN)/ruff check posenc tests benchmarks book/_ext
+	$(BIN)/ruff format --check posenc tests benchmarks book/_ext
+
+# Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
+# run, split by file so that each notebook keeps one kernel.
+unit: env
+	$(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
+		--ignore=tests/test_site.py tests book
+
+# Scans the built HTML for anything loaded from another host.
+site: book
+	$(BIN)/pytest tests/test_site.py
+
+test: lint unit site
+
+clean:
+	rm -rf _build

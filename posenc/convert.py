@@ -1,0 +1,3 @@
+"""Checkpoint conversion between the two RoPE feature layouts."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Plot helpers shared by the chapters (needs Matplotlib)."""
+
+__all__: list[str] = []
