@@ -147,7 +147,9 @@ def attention_weights(
     )
 
 
-def causal_mask(q_len: int, k_len: int, q_offset: int | None = None, *, device=None) -> torch.Tensor:
+def causal_mask(
+    q_len: int, k_len: int, q_offset: int | None = None, *, device=None
+) -> torch.Tensor:
     """Boolean ``(q_len, k_len)`` mask, ``True`` where query ``i`` may see key ``j``.
 
     ``j <= q_offset + i``, with ``q_offset`` defaulting to ``k_len - q_len``.
@@ -222,7 +224,9 @@ def _validate(q, k, v, bias, causal, q_offset, scale):
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must share their last dimension, got {q.shape[-1]} and {k.shape[-1]}"
@@ -237,7 +241,11 @@ def _validate(q, k, v, bias, causal, q_offset, scale):
     if bias is not None:
         bias = check_tensor_broadcast("bias", bias, (q_len, k_len))
     q_offset = _check_offset(q_len, k_len, q_offset, causal=causal)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, positive=True)
+    scale = (
+        1.0 / math.sqrt(q.shape[-1])
+        if scale is None
+        else check_float("scale", scale, positive=True)
+    )
     return q, k, v, q_offset, scale
 
 
@@ -245,7 +253,8 @@ def check_tensor_broadcast(name: str, t, trailing: tuple[int, int]) -> torch.Ten
     """Reject a bias whose last two dimensions cannot broadcast to ``trailing``."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() < 2 or any(s not in (1, want) for s, want in zip(t.shape[-2:], trailing)):
+    shape = tuple(t.shape[-2:])
+    if t.dim() < 2 or any(s not in (1, want) for s, want in zip(shape, trailing, strict=True)):
         raise ValueError(
             f"{name} must broadcast to (..., q_len, k_len) = (..., {trailing[0]}, {trailing[1]}), "
             f"got shape {tuple(t.shape)}"

@@ -1,0 +1,125 @@
+"""The built site works offline: nothing is loaded from another host, and math is local.
+
+Run after the book is built (``make site`` builds it first).  Links (``<a href>``) may
+point anywhere; only what a browser *fetches* to render a page is checked: scripts,
+stylesheets, images, media, iframes, and ``url(...)``/``@import`` inside CSS.
+"""
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+SITE = Path(__file__).resolve().parents[1] / "_build" / "html"
+
+# (tag, attribute) pairs whose URL the browser loads while rendering.
+_FETCHED = {
+    ("script", "src"),
+    ("img", "src"),
+    ("img", "srcset"),
+    ("source", "src"),
+    ("source", "srcset"),
+    ("video", "src"),
+    ("audio", "src"),
+    ("iframe", "src"),
+    ("embed", "src"),
+    ("object", "data"),
+    ("input", "src"),
+}
+_REMOTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.\-]*:)?//", re.IGNORECASE)
+_CSS_URL = re.compile(r"""url\(\s*['"]?([^'")]+)['"]?\s*\)|@import\s+['"]([^'"]+)['"]""")
+
+
+class _Fetches(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for t, attr in _FETCHED:
+            if t == tag and attrs.get(attr):
+                self.urls.extend(u.split()[0] for u in attrs[attr].split(","))
+        if tag == "link" and attrs.get("href"):
+            rel = (attrs.get("rel") or "").lower()
+            if any(
+                r in rel for r in ("stylesheet", "icon", "preload", "modulepreload", "manifest")
+            ):
+                self.urls.append(attrs["href"])
+        if attrs.get("style"):
+            self.urls.extend(a or b for a, b in _CSS_URL.findall(attrs["style"]))
+
+
+def _pages():
+    if not SITE.is_dir():
+        pytest.fail(f"no built site at {SITE}: run `make book` first")
+    return sorted(SITE.rglob("*.html"))
+
+
+def _remote(urls):
+    return sorted({u for u in urls if _REMOTE.match(u) and not u.startswith("data:")})
+
+
+def test_is_remote_recognises_what_a_browser_fetches_elsewhere():
+    # Guard the scanner itself: these are exactly the forms that broke offline reading.
+    parser = _Fetches()
+    parser.feed(
+        '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"></script>'
+        '<link rel="stylesheet" href="//fonts.googleapis.com/css">'
+        '<img src="_images/fig.png"><a href="https://arxiv.org">paper</a>'
+    )
+    assert _remote(parser.urls) == [
+        "//fonts.googleapis.com/css",
+        "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js",
+    ]
+
+
+def test_html_loads_nothing_from_another_host():
+    offenders = {}
+    for page in _pages():
+        parser = _Fetches()
+        parser.feed(page.read_text(encoding="utf-8"))
+        inline_css = "".join(re.findall(r"<style[^>]*>(.*?)</style>", page.read_text(), re.S))
+        urls = parser.urls + [a or b for a, b in _CSS_URL.findall(inline_css)]
+        remote = _remote(urls)
+        if remote:
+            offenders[page.relative_to(SITE).as_posix()] = remote
+    assert not offenders, offenders
+
+
+def test_stylesheets_load_nothing_from_another_host():
+    offenders = {}
+    for css in sorted(SITE.rglob("*.css")):
+        remote = _remote(a or b for a, b in _CSS_URL.findall(css.read_text(errors="replace")))
+        if remote:
+            offenders[css.relative_to(SITE).as_posix()] = remote
+    assert not offenders, offenders
+
+
+def test_mathjax_is_shipped_and_used_by_every_page_with_math():
+    assert (SITE / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert any((SITE / "_static" / "mathjax" / "output" / "chtml" / "fonts").rglob("*.woff"))
+    pages_with_math = 0
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        if 'class="math' in text:
+            pages_with_math += 1
+            assert "_static/mathjax/tex-chtml.js" in text, page
+    assert pages_with_math >= 1
+
+
+def test_every_chapter_is_built_with_its_figures():
+    toc = (Path(__file__).resolve().parents[1] / "_toc.yml").read_text()
+    chapters = re.findall(r"file:\s*(book/\S+)", toc)
+    assert chapters
+    for chapter in chapters:
+        page = SITE / f"{chapter}.html"
+        assert page.is_file(), f"{chapter} was not built"
+        for src in re.findall(r'<img[^>]+src="([^"]+)"', page.read_text(encoding="utf-8")):
+            assert (page.parent / src).resolve().is_file(), f"{chapter}: missing image {src}"
+
+
+def test_bibliography_page_lists_cited_works():
+    text = (SITE / "book" / "bibliography.html").read_text(encoding="utf-8")
+    assert "Vaswani" in text
