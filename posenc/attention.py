@@ -188,6 +188,8 @@ def scaled_dot_product(q, k, v, *, bias, causal, q_offset, scale):
             keep = causal_mask(q_len, k_len, q_offset, device=q.device)
             if bias is None:
                 bias = keep
+            elif bias.dtype == torch.bool:  # a boolean bias is a keep-mask: combine, not fill
+                bias = bias & keep
             else:
                 bias = bias.masked_fill(~keep, float("-inf"))
     if bias is not None and bias.dtype != torch.bool and bias.dtype != q.dtype:
