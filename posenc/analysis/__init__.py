@@ -3,3 +3,5 @@
 Each submodule serves one line of argument; everything public is re-exported
 here, so chapters write ``posenc.analysis.sinusoid_decay_integral``.
 """
+
+from .decay import *  # noqa: F403
