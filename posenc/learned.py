@@ -1,3 +1,88 @@
-"""Learned absolute position tables (as in BERT and GPT-2)."""
+"""Learned absolute position tables (as in BERT and GPT-2).
 
-__all__: list[str] = []
+A learned encoding is a trainable matrix with one row per position, looked up
+by index and added to the token embeddings (Devlin et al., 2019; Radford et
+al., 2019; earlier Gehring et al., 2017).  It is as expressive as a table can
+be, but it knows nothing about rows it was never trained on and nothing at all
+past its last row: :class:`LearnedEmbedding` refuses such positions instead of
+failing with an opaque index error.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import as_positions, check_float, check_int
+
+__all__ = ["LearnedEmbedding"]
+
+
+class LearnedEmbedding(nn.Module):
+    """A trainable ``(max_positions, dim)`` position table.
+
+    Parameters
+    ----------
+    max_positions
+        Number of rows: positions ``0 .. max_positions-1`` exist, nothing else.
+    dim
+        Feature size (any positive integer).
+    init_std
+        Rows are initialised i.i.d. from ``N(0, init_std**2)``.  The default
+        0.02 is the ``initializer_range`` of the reference BERT and GPT-2
+        configurations (BERT truncates the normal at two standard deviations;
+        the difference is immaterial here).
+    device, dtype
+        Of the parameter ``weight``; float32 by default.
+
+    Notes
+    -----
+    ``forward(positions)`` returns ``weight[positions]`` with shape
+    ``(*positions.shape, dim)``; ``forward(seq_len)`` (an ``int``) returns rows
+    ``offset .. offset+seq_len-1``, ``(seq_len, dim)``.  Add the result to
+    token embeddings ``(..., seq, dim)``.  Positions outside
+    ``[0, max_positions)`` raise ``ValueError``.
+    """
+
+    def __init__(
+        self, max_positions: int, dim: int, *, init_std: float = 0.02, device=None, dtype=None
+    ):
+        super().__init__()
+        self.max_positions = check_int("max_positions", max_positions, minimum=1)
+        self.dim = check_int("dim", dim, minimum=1)
+        self.init_std = check_float("init_std", init_std, minimum=0.0)
+        dtype = torch.float32 if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        self.weight = nn.Parameter(
+            torch.empty(self.max_positions, self.dim, device=device, dtype=dtype)
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw every row from ``N(0, init_std**2)`` (uses the global torch RNG)."""
+        with torch.no_grad():
+            self.weight.normal_(0.0, self.init_std)
+
+    def forward(self, positions, *, offset: int = 0) -> torch.Tensor:
+        """Rows of the table: ``(*positions.shape, dim)``, or ``(seq_len, dim)`` for an int."""
+        if isinstance(positions, int) and not isinstance(positions, bool):
+            seq_len = check_int("seq_len", positions, minimum=0)
+            offset = check_int("offset", offset, minimum=0)
+            positions = torch.arange(offset, offset + seq_len, device=self.weight.device)
+        else:
+            positions = as_positions("positions", positions, device=self.weight.device)
+        if positions.numel():
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0:
+                raise ValueError(f"positions must be >= 0, got {lo}")
+            if hi >= self.max_positions:
+                raise ValueError(
+                    f"position {hi} is past the learned table: max_positions={self.max_positions} "
+                    f"allows positions 0..{self.max_positions - 1}; a learned table has no rows "
+                    "beyond the length it was built for"
+                )
+        return self.weight[positions]
+
+    def extra_repr(self) -> str:
+        return f"max_positions={self.max_positions}, dim={self.dim}, init_std={self.init_std}"
