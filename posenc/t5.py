@@ -1,3 +1,202 @@
-"""T5 relative-position buckets and their learned per-head bias (Raffel et al., 2020)."""
+"""T5 relative-position buckets and their learned per-head bias (Raffel et al., 2020).
 
-__all__: list[str] = []
+T5 adds a learned scalar per head to each attention score, looked up by the
+*bucket* of the relative position ``key - query``.  Small distances get a bucket
+each; larger ones share logarithmically wider buckets up to ``max_distance``,
+beyond which everything falls into the last bucket.
+
+Sign convention (the same as Mesh TensorFlow and Hugging Face ``transformers``):
+the relative position is ``key - query``, so a key *after* the query is
+positive.
+
+* ``bidirectional=True`` (encoder): half the buckets per direction.  Keys at or
+  before the query (``key - query <= 0``) use buckets ``0 .. num_buckets/2 - 1``;
+  keys after it (``> 0``) use ``num_buckets/2 .. num_buckets - 1``.
+* ``bidirectional=False`` (decoder): all buckets describe the past; every
+  future key (``key - query > 0``) shares bucket 0 with distance 0, since a
+  causal mask hides it anyway.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._checks import as_positions, check_int, check_tensor
+from .attention import PositionalScheme, _check_offset
+
+__all__ = ["t5_relative_bucket", "T5RelativeBias"]
+
+
+def _check_bucket_args(bidirectional, num_buckets, max_distance):
+    if not isinstance(bidirectional, bool):
+        raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    if bidirectional and (num_buckets < 4 or num_buckets % 2):
+        raise ValueError(
+            "num_buckets must be an even integer >= 4 when bidirectional=True "
+            f"(each direction needs an exact and a logarithmic bucket), got {num_buckets}"
+        )
+    if not bidirectional and num_buckets < 2:
+        raise ValueError(
+            f"num_buckets must be >= 2 when bidirectional=False (an exact and a logarithmic "
+            f"bucket), got {num_buckets}"
+        )
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    max_exact = per_direction // 2
+    max_distance = check_int("max_distance", max_distance, minimum=1)
+    if max_distance <= max_exact:
+        raise ValueError(
+            f"max_distance must exceed the exact range ({max_exact} distances per direction "
+            f"with num_buckets={num_buckets}), got {max_distance}"
+        )
+    return num_buckets, max_distance
+
+
+def t5_relative_bucket(
+    relative_position,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """Map relative positions ``key - query`` to T5's buckets.
+
+    Let ``B = num_buckets / 2`` if bidirectional else ``num_buckets`` (buckets
+    per direction), ``E = B // 2`` and ``n`` the distance (``|key - query|``
+    when bidirectional; ``max(query - key, 0)`` otherwise).  Then the bucket
+    within a direction is ``n`` for ``n < E`` (exact) and
+    ``min(E + floor((B - E) * log(n / E) / log(max_distance / E)), B - 1)``
+    otherwise (logarithmic, saturating at ``max_distance``).  Bidirectional
+    buckets add ``B`` for keys after the query.  The logarithms are taken in
+    float64.
+
+    Parameters
+    ----------
+    relative_position
+        Integer tensor (any shape) or sequence of ints: ``key - query``.
+    bidirectional
+        Split the buckets by direction (encoder) or describe only the past
+        (decoder); see the module docstring for the sign convention.
+    num_buckets
+        Total number of buckets: even and >= 4 if bidirectional, >= 2 otherwise.
+    max_distance
+        Distance from which every position shares the last bucket of its
+        direction; must exceed ``E``.
+
+    Returns
+    -------
+    ``int64`` tensor of the same shape and device, values in ``[0, num_buckets)``.
+    """
+    num_buckets, max_distance = _check_bucket_args(bidirectional, num_buckets, max_distance)
+    rel = as_positions("relative_position", relative_position)
+    per_direction = num_buckets
+    offset = torch.zeros_like(rel)
+    if bidirectional:
+        per_direction //= 2
+        offset = (rel > 0).long() * per_direction
+        distance = rel.abs()
+    else:
+        distance = (-rel).clamp(min=0)
+    max_exact = per_direction // 2
+    # clamp(min=1) only keeps log() finite on entries that take the exact branch anyway.
+    ratio = distance.clamp(min=1).to(torch.float64) / max_exact
+    spread = torch.log(ratio) / math.log(max_distance / max_exact) * (per_direction - max_exact)
+    log_bucket = (max_exact + spread.floor().long()).clamp(max=per_direction - 1)
+    return offset + torch.where(distance < max_exact, distance, log_bucket)
+
+
+class T5RelativeBias(nn.Module, PositionalScheme):
+    """T5's learned per-head relative-position bias (Raffel et al., 2020).
+
+    An embedding ``weight`` of shape ``(num_buckets, num_heads)`` holds one
+    scalar per bucket and head; the bias of head ``h`` for query position ``p``
+    and key position ``s`` is ``weight[t5_relative_bucket(s - p), h]``.
+
+    As a :class:`~posenc.attention.PositionalScheme` it adds that bias to the
+    scaled scores, so queries must have shape ``(..., num_heads, q_len, d)``.
+    T5 itself does *not* scale scores by ``1/sqrt(d)`` (its initialisation
+    absorbs the factor): to reproduce a T5 checkpoint exactly, call
+    ``posenc.attention(q, k, v, encoding=bias_module, scale=1.0)``.  The
+    bias is a dense ``(num_heads, q_len, k_len)`` tensor (``materializes_bias
+    = True``), O(n^2) per head, built from an O(n^2) bucket table.
+
+    Parameters
+    ----------
+    num_heads
+        Number of heads.
+    bidirectional, num_buckets, max_distance
+        Bucketing, see :func:`t5_relative_bucket` (T5 uses bidirectional
+        buckets in the encoder and unidirectional ones in the decoder).
+    init_std
+        Standard deviation of the normal initialisation of ``weight``.
+    """
+
+    materializes_bias = True
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        bidirectional: bool = True,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        init_std: float = 0.02,
+    ):
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.num_buckets, self.max_distance = _check_bucket_args(
+            bidirectional, num_buckets, max_distance
+        )
+        self.bidirectional = bidirectional
+        self.weight = nn.Parameter(torch.empty(self.num_buckets, self.num_heads))
+        nn.init.normal_(self.weight, std=init_std)
+
+    def buckets(self, q_positions, k_positions) -> torch.Tensor:
+        """Bucket table ``(q_len, k_len)`` for integer query and key positions."""
+        q_positions = as_positions("q_positions", q_positions, device=self.weight.device)
+        k_positions = as_positions("k_positions", k_positions, device=self.weight.device)
+        return t5_relative_bucket(
+            k_positions[None, :] - q_positions[:, None],
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+
+    def forward(
+        self, q_len: int, k_len: int | None = None, *, q_offset: int | None = None
+    ) -> torch.Tensor:
+        """Bias ``(num_heads, q_len, k_len)`` for keys ``0..k_len-1`` and queries from ``q_offset``.
+
+        ``k_len`` defaults to ``q_len`` and ``q_offset`` to ``k_len - q_len``
+        (queries aligned with the last keys).
+        """
+        q_len = check_int("q_len", q_len, minimum=1)
+        k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=1)
+        q_offset = _check_offset(q_len, k_len, q_offset, causal=False)
+        device = self.weight.device
+        return self.bias_from_positions(
+            torch.arange(q_len, device=device) + q_offset, torch.arange(k_len, device=device)
+        )
+
+    def bias_from_positions(self, q_positions, k_positions) -> torch.Tensor:
+        """Bias ``(num_heads, q_len, k_len)`` for explicit integer positions."""
+        # Embedding lookup gives (q_len, k_len, heads); heads go first to broadcast over batch.
+        return self.weight[self.buckets(q_positions, k_positions)].permute(2, 0, 1)
+
+    def bias(self, q, k, q_positions, k_positions, scale):
+        check_tensor("q", q)
+        if q.dim() < 3 or q.shape[-3] != self.num_heads:
+            raise ValueError(
+                f"T5RelativeBias({self.num_heads}) needs q of shape (..., num_heads="
+                f"{self.num_heads}, q_len, d), got shape {tuple(q.shape)}"
+            )
+        return self.bias_from_positions(q_positions, k_positions)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_heads={self.num_heads}, bidirectional={self.bidirectional}, "
+            f"num_buckets={self.num_buckets}, max_distance={self.max_distance}"
+        )
