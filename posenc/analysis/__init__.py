@@ -4,4 +4,6 @@ Each submodule serves one line of argument; everything public is re-exported
 here, so chapters write ``posenc.analysis.sinusoid_decay_integral``.
 """
 
+from .complex_solution import *  # noqa: F403
 from .decay import *  # noqa: F403
+from .taylor import *  # noqa: F403
