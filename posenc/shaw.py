@@ -1,3 +1,180 @@
-"""Relative position representations (Shaw, Uszkoreit and Vaswani, 2018)."""
+"""Relative position representations (Shaw, Uszkoreit and Vaswani, 2018).
 
-__all__: list[str] = []
+Shaw et al. treat the sequence as a fully connected graph whose edge ``i -> j``
+carries the label ``clip(j - i, -k, k)`` (relative position ``key - query``,
+clipped at ``k = max_distance``), and learn two vectors per label, ``a^K`` and
+``a^V`` of size ``head_dim``, shared across heads.  For query ``i``:
+
+    e_ij  = (q_i . k_j + q_i . a^K_ij) / sqrt(d)
+    z_i   = sum_j alpha_ij (v_j + a^V_ij),     alpha_i = softmax_j(e_ij)
+
+Computing ``a^K_ij`` as a ``(q_len, k_len, d)`` tensor would cost O(n^2 d)
+memory.  Following Sec. 3.3 of the paper we never build it: ``q @ A^K.T`` is a
+``(q_len, 2k+1)`` table, gathered into ``(q_len, k_len)`` by label; for the
+values, ``alpha`` is summed into the ``2k+1`` label bins, then one matmul with
+``A^V``.  The scores themselves are still O(q_len * k_len) per head.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_int
+from .attention import PositionalScheme, _check_offset, causal_mask, query_key_positions
+
+__all__ = ["shaw_relative_indices", "ShawRelativeAttention"]
+
+
+def _labels(q_positions, k_positions, max_distance):
+    """``clip(key - query, -k, k) + k``: an int64 ``(q_len, k_len)`` table in ``[0, 2k]``."""
+    rel = k_positions[None, :] - q_positions[:, None]
+    return rel.clamp(-max_distance, max_distance) + max_distance
+
+
+def shaw_relative_indices(
+    q_len: int,
+    k_len: int,
+    max_distance: int,
+    *,
+    q_offset: int | None = None,
+    device=None,
+) -> torch.Tensor:
+    """Edge labels of Shaw et al., ``clip(j - p_i, -k, k) + k``, shape ``(q_len, k_len)``.
+
+    Key ``j`` sits at position ``j``; query ``i`` at ``p_i = q_offset + i`` with
+    the default ``q_offset = k_len - q_len`` (queries aligned with the last
+    keys).  The relative position is ``key - query``; label ``k`` means "same
+    position", labels above ``k`` are keys after the query.
+
+    Parameters
+    ----------
+    q_len, k_len
+        Numbers of queries and keys (non-negative).
+    max_distance
+        The clipping distance ``k`` (non-negative); there are ``2k + 1`` labels.
+    q_offset, device
+        Position of the first query, and where to create the table.
+
+    Returns
+    -------
+    ``int64`` tensor ``(q_len, k_len)`` with values in ``[0, 2 * max_distance]``.
+    """
+    q_len = check_int("q_len", q_len, minimum=0)
+    k_len = check_int("k_len", k_len, minimum=0)
+    max_distance = check_int("max_distance", max_distance, minimum=0)
+    q_offset = _check_offset(q_len, k_len, q_offset, causal=False)
+    q_positions = torch.arange(q_len, device=device) + q_offset
+    return _labels(q_positions, torch.arange(k_len, device=device), max_distance)
+
+
+class ShawRelativeAttention(nn.Module, PositionalScheme):
+    """Self-attention with learned relative key and value representations (Shaw et al., 2018).
+
+    Parameters ``key_embeddings`` and ``value_embeddings`` have shape
+    ``(2 * max_distance + 1, head_dim)``; row ``r`` belongs to relative position
+    ``r - max_distance`` (``key - query``).  They are shared by every head and
+    batch element, as in the paper.
+
+    Use it as ``posenc.attention(q, k, v, encoding=shaw, causal=...)`` with
+    ``q (..., q_len, head_dim)``, ``k (..., k_len, head_dim)`` and
+    ``v (..., k_len, head_dim)`` (the value term needs ``d_v = head_dim``).
+    ``scale`` (default ``1/sqrt(head_dim)``) multiplies both score terms.
+
+    With ``values=True`` the scheme overrides ``attend`` (softmax computed
+    explicitly, since SDPA cannot return the weights the value term needs);
+    with ``values=False`` only the key term remains and it enters PyTorch's
+    SDPA as an additive bias.  Either way the ``(..., q_len, k_len)`` scores
+    are materialised (``materializes_bias = True``); the ``(q_len, k_len,
+    head_dim)`` relative tensors are not (see the module docstring).
+
+    Parameters
+    ----------
+    head_dim
+        Size of each head's queries, keys and values.
+    max_distance
+        Clipping distance ``k`` >= 1; relative positions beyond it share a label.
+    values
+        Learn ``a^V`` as well as ``a^K`` (the paper's full model).
+    init_std
+        Standard deviation of the normal initialisation; defaults to
+        ``head_dim ** -0.5``.
+    """
+
+    materializes_bias = True
+
+    def __init__(
+        self,
+        head_dim: int,
+        max_distance: int,
+        *,
+        values: bool = True,
+        init_std: float | None = None,
+    ):
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, minimum=1)
+        self.max_distance = check_int("max_distance", max_distance, minimum=1)
+        if not isinstance(values, bool):
+            raise TypeError(f"values must be a bool, got {type(values).__name__}")
+        std = self.head_dim**-0.5 if init_std is None else init_std
+        labels = 2 * self.max_distance + 1
+        self.key_embeddings = nn.Parameter(torch.randn(labels, self.head_dim) * std)
+        if values:
+            self.value_embeddings = nn.Parameter(torch.randn(labels, self.head_dim) * std)
+        else:
+            self.register_parameter("value_embeddings", None)
+
+    def _check(self, q, v=None):
+        if q.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"q must have head_dim={self.head_dim} features, got shape {tuple(q.shape)}"
+            )
+        if v is not None and self.value_embeddings is not None and v.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"v must have head_dim={self.head_dim} features for the value term, "
+                f"got shape {tuple(v.shape)}"
+            )
+
+    def _key_term(self, q, q_positions, k_positions):
+        """``q_i . a^K_ij`` as ``(..., q_len, k_len)``: one small matmul, then a gather by label."""
+        labels = _labels(q_positions, k_positions, self.max_distance)
+        per_label = q @ self.key_embeddings.to(q.dtype).T  # (..., q_len, 2k+1)
+        labels = labels.expand(*per_label.shape[:-1], labels.shape[-1])
+        return torch.gather(per_label, -1, labels), labels
+
+    def bias(self, q, k, q_positions, k_positions, scale):
+        self._check(q)
+        return scale * self._key_term(q, q_positions, k_positions)[0]
+
+    def attend(self, q, k, v, *, bias, causal, q_offset, scale):
+        self._check(q, v)
+        if self.value_embeddings is None:
+            return super().attend(q, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+        out_dtype = q.dtype
+        # Softmax in float32 at least; half-precision inputs are promoted, then cast back.
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        q_positions, k_positions = query_key_positions(q, k, q_offset)
+        key_term, labels = self._key_term(q, q_positions, k_positions)
+        scores = scale * (q @ k.transpose(-2, -1) + key_term)
+        if bias is not None:
+            if bias.dtype == torch.bool:
+                scores = scores.masked_fill(~bias, float("-inf"))
+            else:
+                scores = scores + bias.to(dtype)
+        if causal:
+            keep = causal_mask(q.shape[-2], k.shape[-2], q_offset, device=q.device)
+            scores = scores.masked_fill(~keep, float("-inf"))
+        alpha = torch.softmax(scores, dim=-1)
+        # Sum alpha_ij into its label's bin: (..., q_len, 2k+1), then one matmul with A^V.
+        labels = labels.expand(alpha.shape)
+        bins = alpha.new_zeros(*alpha.shape[:-1], self.key_embeddings.shape[0])
+        bins = bins.scatter_add(-1, labels, alpha)
+        out = alpha @ v + bins @ self.value_embeddings.to(dtype)
+        return out.to(out_dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, max_distance={self.max_distance}, "
+            f"values={self.value_embeddings is not None}"
+        )
