@@ -1,0 +1,409 @@
+"""Tests for posenc.rope: golden values from explicit rotation matrices, invariants, precision."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import posenc
+import posenc.rope as rope_module
+
+# ---------------------------------------------------------------- independent references
+
+
+def rotation_matrix(p, dim, r, base, layout):
+    """Block-diagonal rotation (float64, dim x dim) for position p, built entry by entry."""
+    R = torch.eye(dim, dtype=torch.float64)
+    for i in range(r // 2):
+        t = p * base ** (-2.0 * i / r)
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + r // 2)
+        R[a, a], R[a, b] = math.cos(t), -math.sin(t)
+        R[b, a], R[b, b] = math.sin(t), math.cos(t)
+    return R
+
+
+def reference(x, positions, base=10000.0, layout="interleaved", r=None):
+    """x (..., seq, dim) rotated row by row with explicit matrices, in float64."""
+    dim = x.shape[-1]
+    r = dim if r is None else r
+    x = x.double()
+    out = torch.empty_like(x)
+    for s, p in enumerate(positions):
+        out[..., s, :] = x[..., s, :] @ rotation_matrix(int(p), dim, r, base, layout).T
+    return out
+
+
+def bf16_floor(exact):
+    """Largest error of correctly rounding ``exact`` to bfloat16."""
+    return (exact.to(torch.bfloat16).double() - exact).abs().max().item()
+
+
+# ---------------------------------------------------------------- golden values
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("r", [16, 8, 2])
+def test_matches_explicit_rotation_matrix(layout, r):
+    x = torch.randn(2, 3, 40, 16, dtype=torch.float64)
+    positions = torch.arange(40) * 37 + 5
+    got = posenc.apply_rope(x, positions, layout=layout, rotary_dim=r, base=500.0)
+    want = reference(x, positions.tolist(), base=500.0, layout=layout, r=r)
+    assert (got - want).abs().max().item() < 1e-12
+    assert torch.equal(got[..., r:], x[..., r:])  # pass-through is exact
+
+
+def test_rotation_direction_is_counter_clockwise():
+    # (1, 0) at angle t = 1 rad (position 1, omega_0 = 1) goes to (cos 1, sin 1)
+    x = torch.tensor([[0.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    y = posenc.apply_rope(x)
+    assert torch.allclose(y[1], torch.tensor([math.cos(1.0), math.sin(1.0)], dtype=torch.float64))
+
+
+def test_frequencies_formula():
+    dim, base = 64, 10000.0
+    got = posenc.rope_frequencies(dim, base=base)
+    assert got.dtype == torch.float64 and got.shape == (32,)
+    want = torch.tensor([base ** (-2 * i / dim) for i in range(dim // 2)], dtype=torch.float64)
+    assert (got - want).abs().max().item() < 1e-15
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_three_formulations_agree(layout):
+    """Complex multiply, explicit matrix and elementwise (Hadamard) form give one result."""
+    dim, seq = 8, 30
+    x = torch.randn(seq, dim, dtype=torch.float64)
+    p = torch.arange(seq, dtype=torch.float64)
+    omega = torch.tensor([10000.0 ** (-2 * i / dim) for i in range(dim // 2)], dtype=torch.float64)
+    theta = p[:, None] * omega  # (seq, dim/2)
+    if layout == "interleaved":
+        a, b = x[:, 0::2], x[:, 1::2]
+    else:
+        a, b = x[:, : dim // 2], x[:, dim // 2 :]
+    z = torch.complex(a, b) * torch.polar(torch.ones_like(theta), theta)
+    complex_form = torch.empty_like(x)
+    cos2 = torch.empty_like(x)
+    sin2 = torch.empty_like(x)
+    partner = torch.empty_like(x)  # the feature each one pairs with, signed
+    if layout == "interleaved":
+        complex_form[:, 0::2], complex_form[:, 1::2] = z.real, z.imag
+        cos2[:, 0::2] = cos2[:, 1::2] = theta.cos()
+        sin2[:, 0::2] = sin2[:, 1::2] = theta.sin()
+        partner[:, 0::2], partner[:, 1::2] = -b, a
+    else:
+        complex_form = torch.cat((z.real, z.imag), dim=-1)
+        cos2 = torch.cat((theta.cos(), theta.cos()), dim=-1)
+        sin2 = torch.cat((theta.sin(), theta.sin()), dim=-1)
+        partner = torch.cat((-b, a), dim=-1)
+    hadamard = x * cos2 + partner * sin2
+    matrix = reference(x, range(seq), layout=layout)
+    got = posenc.apply_rope(x, layout=layout)
+    for form in (complex_form, hadamard, matrix):
+        assert (got - form).abs().max().item() < 1e-12
+
+
+# ---------------------------------------------------------------- invariants
+
+
+@given(
+    m=st.integers(0, 100_000),
+    n=st.integers(0, 100_000),
+    layout=st.sampled_from(["interleaved", "half"]),
+    half_dim=st.integers(1, 32),
+)
+def test_relative_property(m, n, layout, half_dim):
+    """<R_m q, R_n k> = <q, R_{n-m} k>: the score depends on n - m only."""
+    dim = 2 * half_dim
+    g = torch.Generator().manual_seed(m * 7 + n)
+    q = torch.randn(1, dim, dtype=torch.float64, generator=g)
+    k = torch.randn(1, dim, dtype=torch.float64, generator=g)
+    lhs = (
+        posenc.apply_rope(q, [m], layout=layout) * posenc.apply_rope(k, [n], layout=layout)
+    ).sum()
+    rhs = (q * posenc.apply_rope(k, [n - m], layout=layout)).sum()
+    assert abs(lhs - rhs).item() < 1e-9 * q.norm().item() * k.norm().item()
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_norm_preserved(layout):
+    x = torch.randn(4, 100, 32, dtype=torch.float64)
+    y = posenc.apply_rope(x, torch.arange(100) * 1009, layout=layout)
+    assert (y.norm(dim=-1) - x.norm(dim=-1)).abs().max().item() < 1e-12
+
+
+def test_layouts_equivalent_under_permutation():
+    dim, r = 12, 8
+    x = torch.randn(3, 20, dim, dtype=torch.float64)
+    # independent permutation: half slot i <- 2i, slot i + r/2 <- 2i + 1, rest stays
+    perm = [2 * i for i in range(r // 2)] + [2 * i + 1 for i in range(r // 2)] + list(range(r, dim))
+    inter = posenc.apply_rope(x, layout="interleaved", rotary_dim=r)
+    half = posenc.apply_rope(x[..., perm], layout="half", rotary_dim=r)
+    assert (half - inter[..., perm]).abs().max().item() < 1e-12
+    # and the layouts really differ (the test could fail)
+    assert (posenc.apply_rope(x, layout="half", rotary_dim=r) - inter).abs().max().item() > 1e-2
+
+
+def test_values_of_positions_beyond_float32_exactness():
+    # positions ~ 1e6: direct float64 evaluation vs fast path vs math.cos
+    pos = list(range(1_000_000, 1_000_050))
+    cos_fast, sin_fast = posenc.rope_cos_sin(range(1_000_000, 1_000_050), 16)
+    cos_gen, sin_gen = posenc.rope_cos_sin(torch.tensor(pos[::-1]), 16)
+    omega = [10000.0 ** (-2 * i / 16) for i in range(8)]
+    want = torch.tensor([[math.cos(p * w) for w in omega] for p in pos], dtype=torch.float64)
+    assert (cos_fast.double() - want).abs().max().item() < 5e-7
+    assert (cos_gen.double().flip(0) - want).abs().max().item() < 5e-7
+    assert (sin_fast - sin_gen.flip(0)).abs().max().item() < 5e-7
+
+
+# ---------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_bf16_within_twice_rounding_floor_near_32k(layout):
+    x = torch.randn(2, 4, 64, 128).to(torch.bfloat16)
+    positions = torch.arange(32_704, 32_768)
+    exact = reference(x, positions.tolist(), layout=layout)
+    floor = bf16_floor(exact)
+    got = posenc.apply_rope(x, positions, layout=layout)
+    assert got.dtype == torch.bfloat16
+    err = (got.double() - exact).abs().max().item()
+    assert err <= 2 * floor, (err, floor)
+    # what peers do: angles in bf16; the same check fails badly
+    theta = positions.to(torch.bfloat16)[:, None] * posenc.rope_frequencies(128).to(torch.bfloat16)
+    c, s = theta.cos().double(), theta.sin().double()
+    xd = x.double()
+    a, b = (
+        (xd[..., 0::2], xd[..., 1::2]) if layout == "interleaved" else (xd[..., :64], xd[..., 64:])
+    )
+    naive_pairs = (a * c - b * s, a * s + b * c)
+    naive = (
+        torch.stack(naive_pairs, -1).flatten(-2)
+        if layout == "interleaved"
+        else torch.cat(naive_pairs, -1)
+    )
+    assert (naive - exact).abs().max().item() > 10 * floor
+
+
+def test_bf16_module_after_to_bfloat16():
+    m = posenc.RotaryEmbedding(128, max_positions=16).to(torch.bfloat16)
+    x = torch.randn(1, 2, 64, 128).to(torch.bfloat16)
+    positions = torch.arange(32_704, 32_768)
+    exact = reference(x, positions.tolist())
+    got = m(x, positions)
+    assert got.dtype == torch.bfloat16
+    assert (got.double() - exact).abs().max().item() <= 2 * bf16_floor(exact)
+    assert m.inv_freq.dtype == torch.float64
+    assert m._cache[0].dtype == torch.float32
+    assert len(m.state_dict()) == 0  # nothing for a dtype cast or a checkpoint to round
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_output_dtype(dtype):
+    x = torch.randn(3, 10, 8).to(dtype)
+    y = posenc.apply_rope(x, layout="half")
+    assert y.dtype == dtype
+    exact = reference(x, range(10), layout="half")
+    assert (y.double() - exact).abs().max().item() <= 2 * (
+        (exact.to(dtype).double() - exact).abs().max().item()
+    )
+
+
+# ---------------------------------------------------------------- code paths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_chunked_paths_and_batched_positions(monkeypatch, dtype, layout):
+    monkeypatch.setattr(rope_module, "_CHUNK_ELEMENTS", 48)  # many chunks, split sequences
+    x = torch.randn(2, 3, 17, 12).to(dtype)
+    positions = torch.randint(0, 5000, (2, 1, 17))  # per-batch positions, broadcast over heads
+    got = posenc.apply_rope(x, positions, layout=layout, rotary_dim=8)
+    want = torch.stack(
+        [reference(x[b], positions[b, 0].tolist(), layout=layout, r=8) for b in range(2)]
+    )
+    tol = (
+        1e-12
+        if dtype == torch.float64
+        else 2 * bf16_floor(want)
+        if dtype == torch.bfloat16
+        else 1e-5
+    )
+    assert (got.double() - want).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_out_and_in_place(layout):
+    x = torch.randn(2, 9, 10, dtype=torch.float64)
+    want = posenc.apply_rope(x, layout=layout, rotary_dim=6)
+    out = torch.empty_like(x)
+    assert posenc.apply_rope(x, layout=layout, rotary_dim=6, out=out) is out
+    assert torch.equal(out, want)
+    y = x.clone()
+    posenc.apply_rope(y, layout=layout, rotary_dim=6, out=y)
+    assert (y - want).abs().max().item() < 1e-15
+
+
+def test_non_contiguous_input():
+    x = torch.randn(10, 2, 8, dtype=torch.float64).transpose(0, 1)  # (2, 10, 8), strided
+    assert (posenc.apply_rope(x) - posenc.apply_rope(x.contiguous())).abs().max().item() == 0
+
+
+def test_yarn_attention_factor_scales_rotated_features():
+    s = posenc.RopeScaling.yarn(4.0, 64)
+    x = torch.randn(5, 16, dtype=torch.float64)
+    y = posenc.apply_rope(x, scaling=s)
+    want = (0.1 * math.log(4.0) + 1) * x.norm(dim=-1)
+    assert (y.norm(dim=-1) - want).abs().max().item() < 1e-12
+
+
+def test_scaled_frequencies_used_by_apply_rope():
+    s = posenc.RopeScaling.linear(4.0)
+    x = torch.randn(9, 8, dtype=torch.float64)
+    # linear interpolation by 4 at position 4p == unscaled rotation at position p
+    got = posenc.apply_rope(x, torch.arange(9) * 4, scaling=s)
+    assert (got - reference(x, range(9))).abs().max().item() < 1e-12
+
+
+# ---------------------------------------------------------------- the module
+
+
+def test_module_matches_function_and_regrows_cache():
+    m = posenc.RotaryEmbedding(16, layout="half", rotary_dim=12, max_positions=8)
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    assert (m(x) - posenc.apply_rope(x, layout="half", rotary_dim=12)).abs().max() < 1e-15
+    assert m._cache[0].shape[0] == 8
+    x = torch.randn(2, 100, 16, dtype=torch.float64)
+    assert (m(x) - reference(x, range(100), layout="half", r=12)).abs().max() < 1e-12
+    assert m._cache[0].shape[0] >= 100
+    positions = torch.arange(100) + 5000  # far past the cache: regrows, no error
+    assert (
+        m(x, positions) - reference(x, positions.tolist(), layout="half", r=12)
+    ).abs().max() < 1e-11
+
+
+def test_module_rekeys_cache_on_device_and_dtype():
+    m = posenc.RotaryEmbedding(8)
+    m(torch.randn(4, 8))
+    assert m._cache[0].device.type == "cpu" and m._cache[0].dtype == torch.float32
+    y = m(torch.randn(4, 8, device="meta"))
+    assert y.device.type == "meta" and m._cache[0].device.type == "meta"
+    x = torch.randn(4, 8, dtype=torch.float64)
+    assert (m(x) - reference(x, range(4))).abs().max() < 1e-15
+    assert m._cache[0].device.type == "cpu" and m._cache[0].dtype == torch.float64
+
+
+def test_module_dynamic_ntk_follows_length():
+    s = posenc.RopeScaling.dynamic_ntk(2.0, 16)
+    m = posenc.RotaryEmbedding(8, scaling=s, max_positions=4)
+    x = torch.randn(40, 8, dtype=torch.float64)
+    want = posenc.apply_rope(x, scaling=s)  # seq_len = 40 > 16: base grows
+    assert (m(x) - want).abs().max() < 1e-12
+    assert (m(x[:10]) - reference(x[:10], range(10))).abs().max() < 1e-12  # back inside: unscaled
+
+
+def test_module_negative_positions():
+    m = posenc.RotaryEmbedding(8)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    assert (m(x, [-5, 0, 7]) - reference(x, [-5, 0, 7])).abs().max() < 1e-12
+
+
+def test_gradcheck():
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    for layout in ("interleaved", "half"):
+        assert torch.autograd.gradcheck(
+            lambda t, lay=layout: posenc.apply_rope(t, layout=lay, rotary_dim=6), (x,)
+        )
+    m = posenc.RotaryEmbedding(8, layout="half")
+    assert torch.autograd.gradcheck(lambda t: m(t, [3, 1, 4, 1, 5]), (x,))
+    with pytest.raises(ValueError, match="out"):
+        posenc.apply_rope(x, out=torch.empty_like(x))
+
+
+# ---------------------------------------------------------------- attention integration
+
+
+def test_attention_with_rotary_scheme_kv_cache():
+    m = posenc.RotaryEmbedding(16, layout="half")
+    assert isinstance(m, posenc.PositionalScheme) and m.materializes_bias is False
+    q = torch.randn(2, 3, 6, 16, dtype=torch.float64)
+    k = torch.randn(2, 3, 10, 16, dtype=torch.float64)
+    v = torch.randn(2, 3, 10, 5, dtype=torch.float64)
+    got = posenc.attention(q, k, v, encoding=m, causal=True)
+    # reference: queries at 4..9 (aligned with the last keys), explicit mask and softmax
+    qr = reference(q, range(4, 10), layout="half")
+    kr = reference(k, range(10), layout="half")
+    scores = qr @ kr.transpose(-1, -2) / 4.0
+    mask = torch.arange(10)[None, :] <= torch.arange(4, 10)[:, None]
+    want = F.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    assert (got - want).abs().max().item() < 1e-12
+    # one decoding step == the last row of the full computation
+    step = posenc.attention(q[..., -1:, :], k, v, encoding=m, causal=True)
+    assert (step - got[..., -1:, :]).abs().max().item() < 1e-12
+
+
+def test_attention_scores_depend_on_relative_position_only():
+    m = posenc.RotaryEmbedding(8)
+    q = torch.randn(1, 8, dtype=torch.float64).expand(5, 8)
+    k = torch.randn(1, 8, dtype=torch.float64).expand(5, 8)
+    qr, kr = m.rotate(q, k, torch.arange(5) + 100, torch.arange(5) + 100)
+    s = qr @ kr.T  # s[i, j] depends on j - i only
+    for d in range(-4, 5):
+        diag = torch.diagonal(s, d)
+        assert (diag - diag[0]).abs().max().item() < 1e-12
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input():
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="dim"):
+        posenc.apply_rope(torch.randn(4, 7))
+    with pytest.raises(ValueError, match="layout"):
+        posenc.apply_rope(x, layout="neox")
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posenc.apply_rope(x, rotary_dim=5)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posenc.apply_rope(x, rotary_dim=10)
+    with pytest.raises(ValueError, match="positions"):
+        posenc.apply_rope(x, [0, 1, 2])
+    with pytest.raises(ValueError, match="positions"):
+        posenc.apply_rope(x, torch.tensor(3))
+    with pytest.raises(TypeError, match="positions"):
+        posenc.apply_rope(x, torch.arange(4.0))
+    with pytest.raises(TypeError, match="positions"):
+        posenc.apply_rope(x, [0, 1, 2.5, 3])
+    with pytest.raises(TypeError, match="x"):
+        posenc.apply_rope(torch.arange(8).reshape(2, 4))
+    with pytest.raises(ValueError, match="x"):
+        posenc.apply_rope(torch.randn(8))
+    with pytest.raises(TypeError, match="scaling"):
+        posenc.apply_rope(x, scaling=2.0)
+    with pytest.raises(ValueError, match="out"):
+        posenc.apply_rope(x, out=torch.empty(4, 6))
+    with pytest.raises(ValueError, match="dim"):
+        posenc.rope_frequencies(-4)
+    with pytest.raises(ValueError, match="dim"):
+        posenc.rope_frequencies(7)
+    with pytest.raises(ValueError, match="base"):
+        posenc.rope_frequencies(8, base=-1.0)
+    with pytest.raises(ValueError, match="seq_len"):
+        posenc.rope_frequencies(8, seq_len=-1)
+    with pytest.raises(ValueError, match="dim"):
+        posenc.rope_cos_sin(range(4), 7)
+    with pytest.raises(TypeError, match="dtype"):
+        posenc.rope_cos_sin(range(4), 8, dtype=torch.int32)
+    with pytest.raises(TypeError, match="positions"):
+        posenc.rope_cos_sin(torch.rand(4), 8)
+    with pytest.raises(ValueError, match="dim"):
+        posenc.RotaryEmbedding(-2)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        posenc.RotaryEmbedding(8, rotary_dim=12)
+    with pytest.raises(ValueError, match="layout"):
+        posenc.RotaryEmbedding(8, layout="gptj")
+    with pytest.raises(ValueError, match="max_positions"):
+        posenc.RotaryEmbedding(8, max_positions=0)
+    with pytest.raises(ValueError, match="dim"):
+        posenc.RotaryEmbedding(8)(torch.randn(3, 16))
