@@ -353,7 +353,7 @@ def _scheme(name, num_heads, head_dim):
         "T5RelativeBias": "TODO: posenc.t5.T5RelativeBias not implemented yet",
         "ShawRelativeAttention": "TODO: posenc.shaw.ShawRelativeAttention not implemented yet",
         "TransformerXLScheme": "TODO: posenc.transformer_xl.TransformerXLScheme not implemented",
-        "DAScheme": "TODO: posenc.da_transformer.DAScheme not implemented yet",
+        "DAAttention": "TODO: posenc.da_transformer.DAAttention not implemented yet",
     }
     if name is None:
         return None
@@ -362,13 +362,20 @@ def _scheme(name, num_heads, head_dim):
     cls = getattr(posenc, name)
     if name == "RotaryEmbedding":
         return cls(head_dim)
-    if name in ("ALiBi", "T5RelativeBias"):
+    if name == "ALiBi":
         return cls(num_heads)
+    if name == "T5RelativeBias":
+        return cls(num_heads).double()
     if name == "ShawRelativeAttention":
-        return cls(head_dim, max_relative_position=3)
+        return cls(head_dim, 3).double()
     if name == "TransformerXLScheme":
         return cls(num_heads, head_dim).double()
-    return cls(num_heads).double()
+    # DAAttention: distinct per-head weights so the distance rescaling matters
+    scheme = cls(num_heads).double()
+    with torch.no_grad():
+        scheme.w.copy_(torch.linspace(-0.5, 0.5, num_heads))
+        scheme.v.copy_(torch.linspace(1.0, -1.0, num_heads))
+    return scheme
 
 
 ALL_SCHEMES = [
@@ -378,7 +385,7 @@ ALL_SCHEMES = [
     "T5RelativeBias",
     "ShawRelativeAttention",
     "TransformerXLScheme",
-    "DAScheme",
+    "DAAttention",
 ]
 
 

@@ -1,0 +1,221 @@
+"""Tests for posenc.da_transformer (Wu, Wu and Huang, 2021)."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc import DAAttention, attention, attention_weights, learnable_sigmoid
+
+finite = st.floats(min_value=-50.0, max_value=50.0, allow_nan=False)
+
+
+def sigmoid_formula(x: float, v: float) -> float:
+    """The paper's formula, evaluated directly (fine for moderate arguments)."""
+    return (1.0 + math.exp(v)) / (1.0 + math.exp(v - x))
+
+
+# --- the learnable sigmoid -------------------------------------------------------------------
+
+
+@given(finite, finite)
+def test_sigmoid_matches_formula(x, v):
+    got = float(learnable_sigmoid(torch.tensor(x, dtype=torch.float64), v))
+    assert got == pytest.approx(sigmoid_formula(x, v), rel=1e-12)
+
+
+@given(finite)
+def test_sigmoid_is_one_at_zero(v):
+    assert float(learnable_sigmoid(torch.zeros((), dtype=torch.float64), v)) == 1.0
+
+
+@pytest.mark.parametrize("v", [-3.0, 0.0, 2.0, 40.0])
+def test_sigmoid_vanishes_at_minus_infinity_and_is_bounded(v):
+    x = torch.tensor([-1e3, -1e6, -math.inf], dtype=torch.float64)
+    f = learnable_sigmoid(x, v)
+    assert torch.all(f >= 0) and torch.all(f < 1e-100)
+    top = learnable_sigmoid(torch.tensor([1e6, math.inf], dtype=torch.float64), v)
+    torch.testing.assert_close(top, torch.full((2,), 1 + math.exp(v), dtype=torch.float64))
+
+
+@given(finite, finite)
+def test_sigmoid_below_its_bound(x, v):
+    f = float(learnable_sigmoid(torch.tensor(x, dtype=torch.float64), v))
+    bound = 1 + math.exp(v)
+    assert 0 < f <= bound * (1 + 1e-15)
+    if v - x > -30:  # the relative gap e^(v-x) / (1 + e^(v-x)) is resolvable in float64
+        assert f < bound
+
+
+@given(finite, finite, finite)
+def test_sigmoid_monotone(x1, x2, v):
+    lo, hi = sorted([x1, x2])
+    f = learnable_sigmoid(torch.tensor([lo, hi], dtype=torch.float64), v)
+    assert f[0] <= f[1]
+
+
+def test_sigmoid_extreme_arguments_stay_finite():
+    x = torch.tensor([-1e4, -10.0, 0.0, 10.0, 1e4], dtype=torch.float32)
+    for v in (-80.0, 0.0, 80.0):
+        f = learnable_sigmoid(x, v)
+        assert torch.isfinite(f).all() and f.dtype == torch.float32
+
+
+def test_sigmoid_broadcasts_per_head():
+    x = torch.randn(3, 4, 5, dtype=torch.float64)
+    v = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)[:, None, None]
+    f = learnable_sigmoid(x, v)
+    for h in range(3):
+        for i in range(4):
+            for j in range(5):
+                want = sigmoid_formula(float(x[h, i, j]), float(v[h, 0, 0]))
+                assert float(f[h, i, j]) == pytest.approx(want, rel=1e-12)
+
+
+def test_sigmoid_validation():
+    with pytest.raises(TypeError, match="x must be a floating-point"):
+        learnable_sigmoid(torch.arange(3), 0.0)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        learnable_sigmoid(1.0, 0.0)
+
+
+# --- the attention -----------------------------------------------------------------------------
+
+
+def make(heads=3):
+    m = DAAttention(heads).double()
+    with torch.no_grad():
+        m.w.copy_(torch.tensor([-0.7, 0.0, 0.4])[:heads])
+        m.v.copy_(torch.tensor([1.5, -0.5, 0.2])[:heads])
+    return m
+
+
+def loop_weights(m, q, k, causal, q_offset, scale):
+    """relu(scale q.k) * f(w |p - s|; v), zeroed where masked, over the row sum: explicit loops."""
+    *lead, heads, q_len, _ = q.shape
+    k_len = k.shape[-2]
+    out = torch.zeros(*lead, heads, q_len, k_len, dtype=torch.float64)
+    for b in range(lead[0]):
+        for h in range(heads):
+            w, v = m.w[h].item(), m.v[h].item()
+            for i in range(q_len):
+                row = []
+                for j in range(k_len):
+                    p = q_offset + i
+                    if causal and j > p:
+                        row.append(0.0)
+                        continue
+                    s = max(0.0, scale * float(q[b, h, i] @ k[b, h, j]))
+                    row.append(s * sigmoid_formula(w * abs(p - j), v))
+                total = sum(row)
+                for j in range(k_len):
+                    out[b, h, i, j] = row[j] / total if total > 0 else 0.0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("causal", "q_len", "k_len", "q_offset"),
+    [
+        (False, 5, 5, None),
+        (True, 5, 5, None),
+        (True, 3, 7, None),
+        (True, 2, 6, 1),
+        (False, 3, 4, -1),
+    ],
+)
+def test_matches_explicit_loop(causal, q_len, k_len, q_offset):
+    m = make()
+    q = torch.randn(2, 3, q_len, 4, dtype=torch.float64)
+    k = torch.randn(2, 3, k_len, 4, dtype=torch.float64)
+    v = torch.randn(2, 3, k_len, 2, dtype=torch.float64)
+    off = k_len - q_len if q_offset is None else q_offset
+    want = loop_weights(m, q, k, causal, off, 0.5)
+    w = attention_weights(q, k, encoding=m, causal=causal, q_offset=q_offset)
+    torch.testing.assert_close(w, want, rtol=1e-12, atol=1e-12)
+    out = attention(q, k, v, encoding=m, causal=causal, q_offset=q_offset)
+    torch.testing.assert_close(out, want @ v, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(m(q, k, v, causal=causal, q_offset=q_offset), out)
+
+
+def test_rows_normalised():
+    m = make()
+    q = torch.randn(2, 3, 6, 8, dtype=torch.float64)
+    k = torch.randn(2, 3, 9, 8, dtype=torch.float64)
+    w = attention_weights(q, k, encoding=m, causal=True)
+    sums = w.sum(-1)
+    assert torch.all(w >= 0)
+    # rows sum to 1, except rows with no positive score, which are all zero
+    no_positive = ((q @ k.transpose(-1, -2)) <= 0).all(-1)
+    torch.testing.assert_close(sums, torch.where(no_positive, 0.0, 1.0).double())
+    assert not no_positive.all()
+
+
+def test_all_zero_row_gives_zero_output_without_nan():
+    m = make()
+    q = torch.randn(1, 3, 2, 4, dtype=torch.float64)
+    k = torch.randn(1, 3, 5, 4, dtype=torch.float64)
+    k = k.abs()
+    q[..., 0, :] = -1.0  # every score of query 0 is negative, so ReLU zeroes its row
+    v = torch.randn(1, 3, 5, 2, dtype=torch.float64, requires_grad=True)
+    out = attention(q, k, v, encoding=m)
+    assert torch.isfinite(out).all()
+    assert torch.all(out[..., 0, :] == 0)
+    out.sum().backward()
+    assert torch.isfinite(v.grad).all()
+
+
+def test_distance_zero_and_w_zero_give_plain_relu_attention():
+    m = DAAttention(2).double()  # w = 0: every coefficient is f(0) = 1
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
+    a = torch.relu(q @ k.transpose(-1, -2))
+    total = a.sum(-1, keepdim=True)
+    want = torch.where(total > 0, a / total, 0.0) @ v
+    torch.testing.assert_close(attention(q, k, v, encoding=m), want, rtol=1e-12, atol=1e-12)
+
+
+def test_masking_bias_is_respected():
+    m = make()
+    q, k, v = (torch.randn(1, 3, 4, 3, dtype=torch.float64) for _ in range(3))
+    bias = torch.zeros(4, 4, dtype=torch.float64)
+    bias[:, 1] = -math.inf
+    w = attention_weights(q, k, encoding=m, bias=bias)
+    assert torch.all(w[..., 1] == 0)
+    torch.testing.assert_close(w, attention_weights(q, k, encoding=m, bias=bias != -math.inf))
+
+
+def test_gradcheck_w_and_v():
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    k = torch.randn(1, 2, 5, 4, dtype=torch.float64)
+    val = torch.randn(1, 2, 5, 2, dtype=torch.float64)
+    m = DAAttention(2).double()
+
+    def f(w, v):
+        return torch.func.functional_call(m, {"w": w, "v": v}, (q, k, val), {"causal": True})
+
+    w0 = torch.tensor([-0.4, 0.3], dtype=torch.float64, requires_grad=True)
+    v0 = torch.tensor([0.7, -1.2], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(f, (w0, v0))
+    x = torch.randn(7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(learnable_sigmoid, (x, v0[:1].detach().requires_grad_()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_low_precision_inputs(dtype):
+    m = make()
+    q, k, v = (torch.randn(1, 3, 5, 4, dtype=torch.float64) for _ in range(3))
+    want = attention(q, k, v, encoding=m, causal=True)
+    got = attention(q.to(dtype), k.to(dtype), v.to(dtype), encoding=m, causal=True)
+    assert got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 1e-1
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="num_heads must be a positive integer"):
+        DAAttention(0)
+    with pytest.raises(ValueError, match="w_init must be finite"):
+        DAAttention(2, w_init=math.inf)
+    with pytest.raises(ValueError, match="q must have shape"):
+        attention(*(torch.randn(1, 2, 4, 3) for _ in range(3)), encoding=DAAttention(3))
