@@ -9,6 +9,27 @@ is a :class:`PositionalScheme`; it enters attention through one of three hooks:
 * ``attend``: replace the whole computation, when the scheme changes more than
   the scores (Shaw's value term, DA-Transformer's rescaled ReLU attention).
 
+Which scheme uses which hook, and whether its path builds an O(q_len * k_len)
+tensor beside the scores (``materializes_bias``):
+
+=============================  ==========================  ============================
+scheme                         hook                        O(n^2) bias materialised
+=============================  ==========================  ============================
+none (``encoding=None``)       none                        no
+``RotaryEmbedding``            ``rotate``                  no
+``ALiBi``                      ``bias``                    yes
+``T5RelativeBias``             ``bias``                    yes
+``ShawRelativeAttention``      ``bias`` and ``attend``     yes (content-dependent)
+``TransformerXLScheme``        ``attend`` (shifts q by u,  yes (content-dependent)
+                               adds the position terms)
+``DAAttention``                ``attend`` (ReLU, rescale,  yes (coefficients, weights)
+                               row-sum normalisation)
+=============================  ==========================  ============================
+
+Without a bias, the causal mask is not materialised either when SDPA can do
+without it: ``is_causal`` covers ``q_offset == 0``, and no mask is needed when
+every query sees every key (``q_offset >= k_len - 1``, e.g. one decoding step).
+
 Conventions, shared by every scheme:
 
 * ``q`` has shape ``(..., q_len, d)``, ``k`` has ``(..., k_len, d)`` and ``v``
