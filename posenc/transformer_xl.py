@@ -251,12 +251,19 @@ class TransformerXLAttention(nn.Module):
     def _heads(self, t):
         return t.view(t.shape[0], t.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
 
+    def project(self, x: torch.Tensor, mems: torch.Tensor | None = None):
+        """Per-head ``q`` from ``x`` and ``k``, ``v`` from ``[mems; x]``.
+
+        Shapes ``(batch, num_heads, q_len, head_dim)`` and
+        ``(batch, num_heads, m + q_len, head_dim)``: what :meth:`forward` passes
+        to :func:`posenc.attention` with :attr:`scheme`.
+        """
+        x, context = self._inputs(x, mems)
+        return self._project(x, context)
+
     def _project(self, x, context):
-        return (
-            self._heads(self.w_q(x)),
-            self._heads(self.w_ke(context)),
-            self._heads(self.w_v(context)),
-        )
+        q = self._heads(self.w_q(x))
+        return q, self._heads(self.w_ke(context)), self._heads(self.w_v(context))
 
     def forward(self, x: torch.Tensor, mems: torch.Tensor | None = None):
         """Attend from ``x`` over ``[mems; x]``; return ``(out, new_mems)``."""

@@ -151,8 +151,7 @@ def test_four_terms_sum_to_fast_form(mem):
         logits[..., keep], explicit_logits(m, x, mems)[..., keep], rtol=1e-12, atol=1e-12
     )
     # the fast form: (a)+(c) as (q+u)k^T, (b)+(d) as rel_shift((q+v)(W_R R)^T)
-    ctx = x if mems is None else torch.cat([mems, x], 1)
-    q, k, _ = m._project(x, ctx)
+    q, k, _ = m.project(x, mems)
     u, v = m.scheme.u[:, None, :], m.scheme.v[:, None, :]
     ac = (q + u) @ k.transpose(-1, -2)
     bd = m.scheme.position_scores(q + v, k_len, mem, causal=True)
