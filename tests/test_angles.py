@@ -28,13 +28,27 @@ def test_error_bound_at_a_million():
     assert err <= 2.4e-7, err
 
 
-def test_strided_outputs_are_written_in_place():
+@pytest.mark.parametrize(
+    "cols",  # (cos columns, sin columns) of a 12-column table
+    [
+        (slice(1, 11, 2), slice(0, 10, 2)),  # (sin, cos) pairs: the complex fast path
+        (slice(0, 10, 2), slice(1, 11, 2)),  # (cos, sin) pairs: the complex fast path
+        (slice(5, 10), slice(0, 5)),  # two halves
+        (slice(2, 12, 2), slice(1, 11, 2)),  # pairs at an odd offset: the general path
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_strided_outputs_are_written_in_place(cols, dtype):
     w = inv_freq(5)
-    table = torch.full((40, 10), float("nan"))
-    _angles.cos_sin_range_into(3, w, table[:, 1::2], table[:, 0::2])
-    rc, rs = reference(3, 40, w)
-    assert (table[:, 1::2].double() - rc).abs().max() < 3e-7
-    assert (table[:, 0::2].double() - rs).abs().max() < 3e-7
+    table = torch.full((2000, 12), float("nan"), dtype=dtype)
+    _angles.cos_sin_range_into(3, w, table[:, cols[0]], table[:, cols[1]])
+    rc, rs = reference(3, 2000, w)
+    tol = 2.4e-7 if dtype == torch.float32 else 1e-13
+    assert (table[:, cols[0]].double() - rc).abs().max() < tol
+    assert (table[:, cols[1]].double() - rs).abs().max() < tol
+    written = torch.zeros(12, dtype=torch.bool)
+    written[cols[0]] = written[cols[1]] = True
+    assert table[:, ~written].isnan().all()  # nothing else was touched
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 11, 99, 101, 1000])

@@ -71,7 +71,8 @@ def test_layouts_are_a_column_permutation():
     inter = posenc.sinusoidal_table(50, dim, dtype=torch.float64)
     concat = posenc.sinusoidal_table(50, dim, layout="concat", dtype=torch.float64)
     perm = [2 * i for i in range(dim // 2)] + [2 * i + 1 for i in range(dim // 2)]
-    assert torch.equal(inter[:, perm], concat)
+    # the two layouts take different code paths, so allow a unit of float64 roundoff
+    assert (inter[:, perm] - concat).abs().max() < 1e-15
 
 
 @pytest.mark.parametrize("k", [1, 5, 123, -7])
