@@ -1,0 +1,109 @@
+"""Measuring what a positional encoding should provide (chapter "What a positional encoding needs").
+
+Each function turns one desired property into a number, so a chapter can tabulate
+the schemes side by side instead of asserting the properties in prose:
+
+* :func:`index_encoding`, :func:`fraction_encoding`: the two naive encodings;
+* :func:`min_pair_distance`: is every position's code distinct?
+* :func:`shift_map`: is there one linear map carrying position ``p`` to ``p + k``?
+* :func:`toeplitz_deviation`: does a score or Gram matrix depend only on ``j - i``?
+
+All computations are float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_floating, check_int
+
+__all__ = [
+    "index_encoding",
+    "fraction_encoding",
+    "min_pair_distance",
+    "shift_map",
+    "toeplitz_deviation",
+]
+
+
+def index_encoding(seq_len: int, *, device=None) -> torch.Tensor:
+    """The raw index as a feature: ``(seq_len, 1)`` holding ``0, 1, ..., seq_len - 1``."""
+    seq_len = check_int("seq_len", seq_len, minimum=1)
+    return torch.arange(seq_len, device=device, dtype=torch.float64)[:, None]
+
+
+def fraction_encoding(seq_len: int, *, device=None) -> torch.Tensor:
+    """The index divided by the last index: ``(seq_len, 1)`` spread evenly over ``[0, 1]``.
+
+    The step between neighbours is ``1 / (seq_len - 1)``, so it depends on the
+    length of the sequence; ``seq_len = 1`` gives ``[[0.0]]``.
+    """
+    seq_len = check_int("seq_len", seq_len, minimum=1)
+    return index_encoding(seq_len, device=device) / max(seq_len - 1, 1)
+
+
+def min_pair_distance(table: torch.Tensor) -> float:
+    """Smallest Euclidean distance between two different rows of ``table: (n, d)``.
+
+    Zero means two positions share a code; ``inf`` for a single row.
+    """
+    table = check_floating("table", table, min_dim=2).double()
+    n = table.shape[0]
+    if n < 2:
+        return float("inf")
+    dist = torch.cdist(table, table)
+    dist.fill_diagonal_(float("inf"))
+    return dist.min().item()
+
+
+def shift_map(table: torch.Tensor, shift: int) -> tuple[torch.Tensor, float]:
+    """The best single linear map ``M`` with ``table[p + shift] ~ M @ table[p]`` for all ``p``.
+
+    Parameters
+    ----------
+    table
+        ``(n, d)``, one code per row, ``n - shift`` should exceed ``d`` so the fit
+        is determined.
+    shift
+        The offset ``k >= 1``.
+
+    Returns
+    -------
+    ``(M, residual)``: ``M`` is ``(d, d)`` float64, fitted by least squares over
+    every row pair ``(p, p + shift)``; ``residual`` is the largest absolute
+    error of the fit over those rows, divided by the largest absolute entry of
+    ``table`` (0 when one linear map relates every pair exactly).
+    """
+    table = check_floating("table", table, min_dim=2).double()
+    shift = check_int("shift", shift, minimum=1)
+    if shift >= table.shape[0]:
+        raise ValueError(f"shift must be < the number of rows {table.shape[0]}, got {shift}")
+    src, dst = table[:-shift], table[shift:]
+    # rows are codes, so dst = src @ M.T; solve for M.T
+    m_t = torch.linalg.lstsq(src, dst, driver="gelsd").solution
+    residual = (src @ m_t - dst).abs().max() / table.abs().max().clamp_min(1e-300)
+    return m_t.T.contiguous(), residual.item()
+
+
+def toeplitz_deviation(matrix: torch.Tensor) -> float:
+    """How far ``matrix: (n, m)`` is from depending only on ``j - i``: 0 for Toeplitz.
+
+    Each entry is compared with the mean of its diagonal (entries with the same
+    ``j - i``); the result is the root-mean-square of those deviations divided
+    by the root-mean-square deviation of the entries from their overall mean.
+    A Toeplitz matrix gives 0; a matrix of i.i.d. noise gives close to 1.
+    """
+    a = check_floating("matrix", matrix, min_dim=2).double()
+    if a.dim() != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {tuple(a.shape)}")
+    n, m = a.shape
+    offset = (torch.arange(m, device=a.device) - torch.arange(n, device=a.device)[:, None]) + n - 1
+    count = torch.zeros(n + m - 1, dtype=torch.float64, device=a.device)
+    total = torch.zeros_like(count)
+    count.index_add_(0, offset.flatten(), torch.ones(n * m, dtype=torch.float64, device=a.device))
+    total.index_add_(0, offset.flatten(), a.flatten())
+    diag_mean = (total / count)[offset]
+    spread = (a - a.mean()).square().mean().sqrt()
+    if spread == 0:
+        return 0.0
+    return ((a - diag_mean).square().mean().sqrt() / spread).item()

@@ -1,0 +1,75 @@
+"""Tests for posenc.analysis.properties."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from posenc.analysis import properties as pr
+
+
+def test_naive_encodings():
+    idx = pr.index_encoding(5)
+    assert idx.shape == (5, 1) and idx.dtype == torch.float64
+    assert idx[:, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    frac = pr.fraction_encoding(5)
+    assert frac[:, 0].tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert pr.fraction_encoding(1).tolist() == [[0.0]]
+    with pytest.raises(ValueError, match="seq_len"):
+        pr.index_encoding(0)
+
+
+def test_min_pair_distance_against_loop():
+    t = torch.randn(12, 3, dtype=torch.float64)
+    best = math.inf
+    for i in range(12):
+        for j in range(12):
+            if i != j:
+                best = min(best, math.dist(t[i].tolist(), t[j].tolist()))
+    assert abs(pr.min_pair_distance(t) - best) < 1e-12
+    t[7] = t[2]
+    assert pr.min_pair_distance(t) == 0.0
+    assert pr.min_pair_distance(t[:1]) == math.inf
+
+
+def test_shift_map_recovers_a_known_rotation():
+    theta = 0.3
+    rot = torch.tensor(
+        [[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]],
+        dtype=torch.float64,
+    )
+    rows = [torch.tensor([1.0, 0.0], dtype=torch.float64)]
+    for _ in range(20):
+        rows.append(rot @ rows[-1])
+    table = torch.stack(rows)
+    m, res = pr.shift_map(table, 1)
+    assert res < 1e-12 and (m - rot).abs().max() < 1e-12
+    m3, _ = pr.shift_map(table, 3)
+    assert (m3 - rot @ rot @ rot).abs().max() < 1e-12
+
+
+def test_shift_map_fails_for_an_affine_code():
+    # p -> p + k is affine, not linear, for the raw index: no single M fits
+    _, res = pr.shift_map(pr.index_encoding(50), 2)
+    assert res > 1e-3
+    with pytest.raises(ValueError, match="shift must be <"):
+        pr.shift_map(pr.index_encoding(3), 3)
+
+
+@given(st.integers(1, 12), st.integers(1, 12))
+def test_toeplitz_deviation(n, m):
+    c = torch.randn(n + m - 1, dtype=torch.float64)
+    toeplitz = torch.empty(n, m, dtype=torch.float64)
+    for i in range(n):
+        for j in range(m):
+            toeplitz[i, j] = c[j - i + n - 1]
+    assert pr.toeplitz_deviation(toeplitz) < 1e-12
+
+
+def test_toeplitz_deviation_of_noise_is_near_one():
+    noise = torch.randn(200, 200, dtype=torch.float64)
+    assert 0.9 < pr.toeplitz_deviation(noise) < 1.0
+    with pytest.raises(ValueError, match="2-D"):
+        pr.toeplitz_deviation(torch.zeros(2, 2, 2))
