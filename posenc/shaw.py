@@ -88,6 +88,11 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
     are materialised (``materializes_bias = True``); the ``(q_len, k_len,
     head_dim)`` relative tensors are not (see the module docstring).
 
+    :func:`posenc.attention_weights` runs attention on an identity value
+    matrix, which the value term would shift by ``a^V``: for the weights
+    ``alpha`` of a ``values=True`` module, use a ``values=False`` module with
+    the same ``key_embeddings``.
+
     Parameters
     ----------
     head_dim
