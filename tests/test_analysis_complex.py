@@ -13,7 +13,7 @@ from posenc.analysis.complex_solution import (
     fit_relative_solution,
     pairs_to_complex,
     polar_from_gram,
-    toeplitz_deviation,
+    toeplitz_distance,
     toeplitz_projection,
 )
 
@@ -43,18 +43,18 @@ def test_projection_matches_explicit_loop(shape):
 def test_deviation_golden_value():
     # [[1, 0], [0, 3]]: the main diagonal averages to 2, residual (-1, 1), norm sqrt(2)/sqrt(10).
     g = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=D)
-    assert abs(toeplitz_deviation(g).item() - math.sqrt(2 / 10)) < 1e-15
+    assert abs(toeplitz_distance(g).item() - math.sqrt(2 / 10)) < 1e-15
 
 
 @given(st.integers(1, 7), st.integers(1, 7), st.floats(0.1, 100.0), st.integers(0, 10**6))
 def test_deviation_properties(n, k, scale, seed):
     gen = torch.Generator().manual_seed(seed)
     g = torch.randn(2, n, k, generator=gen, dtype=D)
-    dev = toeplitz_deviation(g)
+    dev = toeplitz_distance(g)
     assert dev.shape == (2,)
     assert ((dev >= 0) & (dev <= 1 + 1e-12)).all()
-    assert torch.allclose(toeplitz_deviation(scale * g), dev, atol=1e-12)
-    assert (toeplitz_deviation(toeplitz_projection(g)) < 1e-14).all()
+    assert torch.allclose(toeplitz_distance(scale * g), dev, atol=1e-12)
+    assert (toeplitz_distance(toeplitz_projection(g)) < 1e-14).all()
     # The residual is orthogonal to every Toeplitz matrix (projection property).
     t = toeplitz_projection(torch.randn(n, k, generator=gen, dtype=D))
     residual = g - toeplitz_projection(g)
@@ -62,7 +62,7 @@ def test_deviation_properties(n, k, scale, seed):
 
 
 def test_deviation_of_zero_and_of_sinusoid_gram():
-    assert toeplitz_deviation(torch.zeros(3, 3, dtype=D)).item() == 0.0
+    assert toeplitz_distance(torch.zeros(3, 3, dtype=D)).item() == 0.0
     n, d = 64, 16
     # Written from the paper: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same).
     pe = torch.zeros(n, d, dtype=D)
@@ -70,9 +70,9 @@ def test_deviation_of_zero_and_of_sinusoid_gram():
         for i in range(d // 2):
             a = p / 10000 ** (2 * i / d)
             pe[p, 2 * i], pe[p, 2 * i + 1] = math.sin(a), math.cos(a)
-    assert toeplitz_deviation(pe @ pe.T).item() < 1e-14
+    assert toeplitz_distance(pe @ pe.T).item() < 1e-14
     rand = torch.randn(n, d, dtype=D)
-    assert toeplitz_deviation(rand @ rand.T).item() > 0.3
+    assert toeplitz_distance(rand @ rand.T).item() > 0.3
 
 
 def test_complex_sinusoid_is_the_article_table():
@@ -115,7 +115,7 @@ def test_polar_from_gram_golden():
     q = p * torch.linspace(1, 2, 6, dtype=D)
     gq = q[:, None] * q.conj()[None, :]
     assert (polar_from_gram(gq)[0] - r).abs().max() > 1
-    assert toeplitz_deviation(gq) > 0.05
+    assert toeplitz_distance(gq) > 0.05
 
 
 def test_fit_finds_constant_modulus_and_arithmetic_phase():
@@ -124,7 +124,7 @@ def test_fit_finds_constant_modulus_and_arithmetic_phase():
         p = fit_relative_solution(8, seed=seed)
         assert p.shape == (8,) and p[0] == 1
         gram = p[:, None] * p.conj()[None, :]
-        if toeplitz_deviation(gram) < 1e-8:
+        if toeplitz_distance(gram) < 1e-8:
             solved += 1
             modulus, step = polar_from_gram(gram)
             assert (modulus - 1).abs().max() < 1e-6
@@ -134,9 +134,9 @@ def test_fit_finds_constant_modulus_and_arithmetic_phase():
 
 def test_errors():
     with pytest.raises(ValueError, match="gram must have at least 2"):
-        toeplitz_deviation(torch.zeros(3))
+        toeplitz_distance(torch.zeros(3))
     with pytest.raises(TypeError, match="gram must be a floating or complex"):
-        toeplitz_deviation(torch.zeros(3, 3, dtype=torch.int64))
+        toeplitz_distance(torch.zeros(3, 3, dtype=torch.int64))
     with pytest.raises(ValueError, match="dim must be an even"):
         complex_sinusoid(4, 7)
     with pytest.raises(ValueError, match="base must be > 0"):

@@ -8,7 +8,7 @@ phases in arithmetic progression, ``p_m = r e^{i m theta}``.  Stacking ``d/2``
 such pairs gives the sinusoidal table, in the article's ``[cos, sin]`` order.
 
 A matrix whose entries depend only on the offset of their indices is a
-Toeplitz matrix, so the property is measured by :func:`toeplitz_deviation`,
+Toeplitz matrix, so the property is measured by :func:`toeplitz_distance`,
 which applies to any Gram matrix (sinusoidal, random, learned).
 """
 
@@ -21,7 +21,7 @@ from .._checks import check_even, check_float, check_int, check_tensor
 
 __all__ = [
     "toeplitz_projection",
-    "toeplitz_deviation",
+    "toeplitz_distance",
     "complex_sinusoid",
     "pairs_to_complex",
     "complex_to_pairs",
@@ -67,7 +67,7 @@ def toeplitz_projection(gram: torch.Tensor) -> torch.Tensor:
     return means.gather(-1, diag).view(gram.shape)
 
 
-def toeplitz_deviation(gram: torch.Tensor) -> torch.Tensor:
+def toeplitz_distance(gram: torch.Tensor) -> torch.Tensor:
     """Relative distance of ``gram`` from the Toeplitz matrices: 0 iff entries depend on ``j - i``.
 
     ``||G - T(G)||_F / ||G||_F`` with ``T`` the nearest Toeplitz matrix
@@ -206,12 +206,12 @@ def fit_relative_solution(
 
     Fixes ``p_0 = 1`` (the phase and scale of a solution are free), starts
     ``p_1 .. p_{n-1}`` at random complex numbers and minimises
-    ``toeplitz_deviation(p p^*) ** 2`` with L-BFGS in float64.  The optimiser
+    ``toeplitz_distance(p p^*) ** 2`` with L-BFGS in float64.  The optimiser
     knows nothing of the closed form, so what it converges to is an
     independent check of the derivation: a constant modulus and a constant
     phase step (:func:`polar_from_gram`).  Like any local optimiser it can
     stall away from a solution (e.g. when one ``|p_m|`` runs off to dominate
-    the others), so check ``toeplitz_deviation`` of the result before using it.
+    the others), so check ``toeplitz_distance`` of the result before using it.
 
     Parameters
     ----------
@@ -250,7 +250,7 @@ def fit_relative_solution(
     def closure():
         opt.zero_grad()
         z = solution()
-        loss = toeplitz_deviation(z[:, None] * z.conj()[None, :]) ** 2
+        loss = toeplitz_distance(z[:, None] * z.conj()[None, :]) ** 2
         loss.backward()
         return loss
 
