@@ -34,6 +34,15 @@ def test_min_pair_distance_against_loop():
     assert pr.min_pair_distance(t[:1]) == math.inf
 
 
+def test_count_distinct():
+    codes = torch.tensor(
+        [[1.0, 2.0], [1.0, 2.0 + 1e-13], [2.0, 1.0], [1.0, 2.0]], dtype=torch.float64
+    )
+    assert pr.count_distinct(codes) == 2
+    assert pr.count_distinct(codes, decimals=15) == 3
+    assert pr.count_distinct(torch.tensor([3, 1, 3, 2])) == 3
+
+
 def test_shift_map_recovers_a_known_rotation():
     theta = 0.3
     rot = torch.tensor(

@@ -4,7 +4,7 @@ Each function turns one desired property into a number, so a chapter can tabulat
 the schemes side by side instead of asserting the properties in prose:
 
 * :func:`index_encoding`, :func:`fraction_encoding`: the two naive encodings;
-* :func:`min_pair_distance`: is every position's code distinct?
+* :func:`min_pair_distance`, :func:`count_distinct`: is every position's code distinct?
 * :func:`shift_map`: is there one linear map carrying position ``p`` to ``p + k``?
 * :func:`toeplitz_deviation`: does a score or Gram matrix depend only on ``j - i``?
 
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_floating, check_int
+from .._checks import check_floating, check_int, check_tensor
 
 __all__ = [
     "index_encoding",
     "fraction_encoding",
     "min_pair_distance",
+    "count_distinct",
     "shift_map",
     "toeplitz_deviation",
 ]
@@ -54,6 +55,18 @@ def min_pair_distance(table: torch.Tensor) -> float:
     dist = torch.cdist(table, table)
     dist.fill_diagonal_(float("inf"))
     return dist.min().item()
+
+
+def count_distinct(codes: torch.Tensor, *, decimals: int = 9) -> int:
+    """Number of distinct codes among the rows of ``codes: (n, ...)`` after rounding.
+
+    Rows are rounded to ``decimals`` decimal places first, so codes that agree
+    to within roundoff count as one.
+    """
+    codes = check_tensor("codes", codes, min_dim=1).double()
+    decimals = check_int("decimals", decimals, minimum=0)
+    rounded = torch.round(codes.reshape(codes.shape[0], -1), decimals=decimals)
+    return int(torch.unique(rounded, dim=0).shape[0])
 
 
 def shift_map(table: torch.Tensor, shift: int) -> tuple[torch.Tensor, float]:
