@@ -6,5 +6,6 @@ here, so chapters write ``posenc.analysis.sinusoid_decay_integral``.
 
 from .complex_solution import *  # noqa: F403
 from .decay import *  # noqa: F403
+from .general_h import *  # noqa: F403
 from .properties import *  # noqa: F403
 from .taylor import *  # noqa: F403
