@@ -65,7 +65,8 @@ class PositionalScheme:
     """Base class for a positional scheme used by :func:`attention`.
 
     Subclasses override :meth:`rotate`, :meth:`bias` or, when neither is
-    enough, :meth:`attend`.  The class attribute ``materializes_bias`` records
+    enough, :meth:`attend` (and then :meth:`weights` if the output is not
+    ``weights @ v``).  The class attribute ``materializes_bias`` records
     whether the scheme builds an O(q_len * k_len) bias tensor; schemes that do
     not need one (no encoding, RoPE) must keep it ``False`` so that
     :func:`attention` can take PyTorch's fused kernels.
@@ -94,6 +95,16 @@ class PositionalScheme:
         if extra is not None:
             bias = extra if bias is None else bias + extra
         return scaled_dot_product(q, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+
+    def weights(self, q, k, *, bias, causal, q_offset, scale):
+        """The ``(..., q_len, k_len)`` matrix this scheme applies to the values.
+
+        The default runs :meth:`attend` on identity values, which is exact
+        whenever the output is ``weights @ v``.  A scheme whose output has
+        other terms (Shaw's value embeddings) overrides this.
+        """
+        eye = torch.eye(k.shape[-2], dtype=q.dtype, device=q.device)
+        return self.attend(q, k, eye, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -136,12 +147,9 @@ def attention(
     Tensor of shape ``(..., q_len, d_v)`` and the dtype of ``q``.
     """
     q, k, v, q_offset, scale = _validate(q, k, v, bias, causal, q_offset, scale)
-    scheme = encoding if encoding is not None else _NO_ENCODING
-    if not isinstance(scheme, PositionalScheme):
-        raise TypeError(
-            f"encoding must be a posenc PositionalScheme or None, got {type(encoding).__name__}"
-        )
-    return scheme.attend(q, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+    return _scheme(encoding).attend(
+        q, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale
+    )
 
 
 def attention_weights(
@@ -156,16 +164,14 @@ def attention_weights(
 ) -> torch.Tensor:
     """The attention matrix ``(..., q_len, k_len)`` that :func:`attention` applies to ``v``.
 
-    Computed by running :func:`attention` on an identity "value" matrix, so the
-    weights are exactly those of the same code path (including schemes that
-    override ``attend``).  Meant for analysis and plots; it costs
+    Same arguments and conventions as :func:`attention`.  Each scheme computes
+    its weights on the same code path as its attention (see
+    :meth:`PositionalScheme.weights`).  Meant for analysis and plots; it costs
     O(q_len * k_len) memory by construction.
     """
-    k_len = k.shape[-2]
-    eye = torch.eye(k_len, dtype=q.dtype, device=q.device)
-    return attention(
-        q, k, eye, encoding=encoding, bias=bias, causal=causal, q_offset=q_offset, scale=scale
-    )
+    v = k[..., :1]  # stands in for the values during validation only
+    q, k, _, q_offset, scale = _validate(q, k, v, bias, causal, q_offset, scale)
+    return _scheme(encoding).weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
 
 
 def causal_mask(
@@ -223,6 +229,16 @@ class _NoEncoding(PositionalScheme):
 
 
 _NO_ENCODING = _NoEncoding()
+
+
+def _scheme(encoding) -> PositionalScheme:
+    if encoding is None:
+        return _NO_ENCODING
+    if not isinstance(encoding, PositionalScheme):
+        raise TypeError(
+            f"encoding must be a posenc PositionalScheme or None, got {type(encoding).__name__}"
+        )
+    return encoding
 
 
 def _check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:

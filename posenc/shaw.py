@@ -88,10 +88,8 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
     are materialised (``materializes_bias = True``); the ``(q_len, k_len,
     head_dim)`` relative tensors are not (see the module docstring).
 
-    :func:`posenc.attention_weights` runs attention on an identity value
-    matrix, which the value term would shift by ``a^V``: for the weights
-    ``alpha`` of a ``values=True`` module, use a ``values=False`` module with
-    the same ``key_embeddings``.
+    :func:`posenc.attention_weights` returns the softmax weights ``alpha``
+    (key term included); the value term changes the output, not the weights.
 
     Parameters
     ----------
@@ -177,6 +175,15 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
         bins = bins.scatter_add(-1, labels, alpha)
         out = alpha @ v + bins @ self.value_embeddings.to(dtype)
         return out.to(out_dtype)
+
+    def weights(self, q, k, *, bias, causal, q_offset, scale):
+        # The value term shifts the output, not alpha: the key-term path (bias hook + SDPA)
+        # on identity values gives alpha whatever ``values`` is.
+        self._check(q)
+        eye = torch.eye(k.shape[-2], dtype=q.dtype, device=q.device)
+        return PositionalScheme.attend(
+            self, q, k, eye, bias=bias, causal=causal, q_offset=q_offset, scale=scale
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -107,6 +107,29 @@ def test_matches_naive_per_pair_loops(values, q_len, k_len, causal, q_offset, sc
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("values", [True, False])
+@pytest.mark.parametrize(("q_len", "k_len", "causal"), [(5, 5, False), (3, 7, True)])
+def test_attention_weights_are_the_softmax_weights(values, q_len, k_len, causal):
+    # The value term shifts the output, not the weights; k_len != head_dim on purpose.
+    m = make(values=values)
+    q = torch.randn(2, q_len, 6, dtype=torch.float64)
+    k = torch.randn(2, k_len, 6, dtype=torch.float64)
+    v = torch.randn(2, k_len, 6, dtype=torch.float64)
+    got = posenc.attention_weights(q, k, encoding=m, causal=causal)
+    eye = torch.eye(k_len, dtype=torch.float64).expand(2, k_len, k_len)
+    want = naive_shaw(
+        q, k, eye, m.key_embeddings.detach(), None, max_distance=2, causal=causal,
+        q_offset=k_len - q_len, scale=1 / math.sqrt(6),
+    )  # fmt: skip
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # and the output decomposes as alpha @ v plus the label-binned value embeddings
+    out = posenc.attention(q, k, v, encoding=m, causal=causal)
+    labels = posenc.shaw_relative_indices(q_len, k_len, 2)
+    a_v = m.value_embeddings.detach()[labels] if values else torch.zeros(q_len, k_len, 6)
+    extra = torch.einsum("hij,ijd->hid", want, a_v.double())
+    torch.testing.assert_close(out, want @ v + extra, rtol=1e-12, atol=1e-12)
+
+
 def test_external_bias_float_and_bool():
     m = make()
     q, k, v = (torch.randn(2, 4, 6, dtype=torch.float64) for _ in range(3))
