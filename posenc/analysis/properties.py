@@ -84,8 +84,10 @@ def shift_map(table: torch.Tensor, shift: int) -> tuple[torch.Tensor, float]:
     -------
     ``(M, residual)``: ``M`` is ``(d, d)`` float64, fitted by least squares over
     every row pair ``(p, p + shift)``; ``residual`` is the largest absolute
-    error of the fit over those rows, divided by the largest absolute entry of
-    ``table`` (0 when one linear map relates every pair exactly).
+    error of the fit over those rows, divided by the largest change
+    ``|table[p + shift] - table[p]|`` the map has to explain (0 when one linear
+    map relates every pair exactly; of order 1 when the best map misses by as
+    much as the codes move).
     """
     table = check_floating("table", table, min_dim=2).double()
     shift = check_int("shift", shift, minimum=1)
@@ -94,7 +96,7 @@ def shift_map(table: torch.Tensor, shift: int) -> tuple[torch.Tensor, float]:
     src, dst = table[:-shift], table[shift:]
     # rows are codes, so dst = src @ M.T; solve for M.T
     m_t = torch.linalg.lstsq(src, dst, driver="gelsd").solution
-    residual = (src @ m_t - dst).abs().max() / table.abs().max().clamp_min(1e-300)
+    residual = (src @ m_t - dst).abs().max() / (dst - src).abs().max().clamp_min(1e-300)
     return m_t.T.contiguous(), residual.item()
 
 
