@@ -21,7 +21,12 @@ from torch import nn
 from . import _angles
 from ._checks import as_positions, check_choice, check_even, check_float, check_int
 
-__all__ = ["sinusoidal_inv_freq", "sinusoidal_table", "SinusoidalEmbedding"]
+__all__ = [
+    "sinusoidal_inv_freq",
+    "sinusoidal_table",
+    "sinusoidal_shift_matrix",
+    "SinusoidalEmbedding",
+]
 
 LAYOUTS = ("interleaved", "concat")
 
@@ -90,6 +95,36 @@ def sinusoidal_table(
             sin, cos = table[:, :half], table[:, half:]
         _angles.cos_sin_range_into(0, inv_freq, cos, sin)
     return table if dtype == work else table.to(dtype)
+
+
+def sinusoidal_shift_matrix(
+    shift: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved"
+) -> torch.Tensor:
+    """The matrix ``M(shift)`` with ``PE(p + shift) = M(shift) @ PE(p)`` for every ``p``, float64.
+
+    Each frequency contributes one 2x2 block acting on its ``(sin, cos)`` pair,
+    ``[[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]`` with ``k = shift``: the
+    angle-addition formulas.  In coordinates ordered ``(sin, cos)`` this is a
+    rotation by ``-k w`` (clockwise when ``sin`` is drawn on the horizontal
+    axis); read in the order ``(cos, sin)`` it is the usual counter-clockwise
+    rotation by ``+k w``.  The matrix is orthogonal and independent of ``p``.
+
+    Returns
+    -------
+    Tensor ``(dim, dim)``, block diagonal for ``layout="interleaved"``; for
+    ``"concat"`` the same blocks with rows and columns ``(i, i + dim/2)``.
+    """
+    shift = check_int("shift", shift)
+    layout = check_choice("layout", layout, LAYOUTS)
+    angle = shift * sinusoidal_inv_freq(dim, base=base)
+    c, s = angle.cos(), angle.sin()
+    half = dim // 2
+    i = torch.arange(half)
+    sin_idx, cos_idx = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
+    m = torch.zeros(dim, dim, dtype=torch.float64)
+    m[sin_idx, sin_idx], m[sin_idx, cos_idx] = c, s
+    m[cos_idx, sin_idx], m[cos_idx, cos_idx] = -s, c
+    return m
 
 
 class SinusoidalEmbedding(nn.Module):

@@ -21,6 +21,13 @@ def test_naive_encodings():
         pr.index_encoding(0)
 
 
+def test_binary_encoding():
+    b = pr.binary_encoding(10, 4)
+    for p in range(10):
+        assert sum(int(b[p, k]) << k for k in range(4)) == p
+    assert pr.binary_encoding(17, 4)[16].sum() == 0  # wraps at 2**bits
+
+
 def test_min_pair_distance_against_loop():
     t = torch.randn(12, 3, dtype=torch.float64)
     best = math.inf

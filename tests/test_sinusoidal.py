@@ -88,6 +88,19 @@ def test_linear_map_property(k):
     assert torch.allclose(m @ m.T, torch.eye(dim, dtype=torch.float64), atol=1e-14)
 
 
+@pytest.mark.parametrize("k", [0, 1, 17, -3])
+def test_shift_matrix_matches_explicit_rotations(k):
+    m = posenc.sinusoidal_shift_matrix(k, 10, base=50.0)
+    assert (m - rotation_map(k, 10, base=50.0)).abs().max() < 1e-15
+    # concat: the same map, with rows and columns permuted like the table's columns
+    perm = [2 * i for i in range(5)] + [2 * i + 1 for i in range(5)]
+    mc = posenc.sinusoidal_shift_matrix(k, 10, base=50.0, layout="concat")
+    assert (mc - m[perm][:, perm]).abs().max() < 1e-15
+    table = posenc.sinusoidal_table(40, 10, base=50.0, layout="concat", dtype=torch.float64)
+    p = torch.arange(5, 20)
+    assert (table[p + k] - table[p] @ mc.T).abs().max() < 1e-12
+
+
 @given(
     n=st.integers(1, 300),
     half=st.integers(1, 24),

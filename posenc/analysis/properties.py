@@ -19,6 +19,7 @@ from .._checks import check_floating, check_int, check_tensor
 
 __all__ = [
     "index_encoding",
+    "binary_encoding",
     "fraction_encoding",
     "min_pair_distance",
     "count_distinct",
@@ -41,6 +42,19 @@ def fraction_encoding(seq_len: int, *, device=None) -> torch.Tensor:
     """
     seq_len = check_int("seq_len", seq_len, minimum=1)
     return index_encoding(seq_len, device=device) / max(seq_len - 1, 1)
+
+
+def binary_encoding(seq_len: int, bits: int, *, device=None) -> torch.Tensor:
+    """Binary digits of the positions: ``(seq_len, bits)`` float64, column ``k`` is bit ``k``.
+
+    Bit ``k`` (least significant first) flips every ``2**k`` positions and has
+    period ``2**(k + 1)``; positions ``>= 2**bits`` wrap around.
+    """
+    seq_len = check_int("seq_len", seq_len, minimum=1)
+    bits = check_int("bits", bits, minimum=1)
+    p = torch.arange(seq_len, device=device)[:, None]
+    k = torch.arange(bits, device=device)
+    return ((p >> k) & 1).to(torch.float64)
 
 
 def min_pair_distance(table: torch.Tensor) -> float:
