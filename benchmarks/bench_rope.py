@@ -2,8 +2,12 @@
 
 Prints, per shape and dtype, the median time of each candidate and two ratios:
 
-* ``apply_rope / copy``: against ``torch.mul(x, 2, out=y)``, one read and one
-  write of the same tensor (the floor for any out-of-place elementwise op);
+* ``/ copy``: against ``torch.mul(x, 2, out=y)``, one read and one write of
+  the same tensor (the floor for any out-of-place elementwise op);
+* ``/ same-alloc copy``: candidates that allocate their output are also
+  compared with ``x * 2``, which allocates too.  On machines where first-touch
+  page faults are expensive, allocating a fresh 64 MiB output costs more than
+  the arithmetic, whatever the operation; ``out=`` avoids it;
 * ``formula / apply_rope``: the speed-up over the formula most RoPE code uses,
   ``x * cos + rotate_half(x) * sin`` (half layout, cos/sin precomputed and
   expanded to the full feature width, as in transformers' LLaMA).
@@ -40,9 +44,11 @@ def candidates(x):
     sin = torch.cat((sin, sin), dim=-1).to(x.dtype)
     return {
         "copy (read+write)": lambda: torch.mul(x, 2, out=y),
+        "copy allocating (x * 2)": lambda: x * 2,
         "apply_rope interleaved": lambda: posenc.apply_rope(x),
         "apply_rope interleaved out=": lambda: posenc.apply_rope(x, out=out),
         "apply_rope half": lambda: posenc.apply_rope(x, layout="half"),
+        "apply_rope half out=": lambda: posenc.apply_rope(x, layout="half", out=out),
         "transformers formula": lambda: x * cos + rotate_half_transformers(x) * sin,
     }
 
@@ -60,11 +66,14 @@ def bench(shape, dtype, repeats):
             times[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     floor = med["copy (read+write)"]
+    floor_alloc = med["copy allocating (x * 2)"]
     formula = med["transformers formula"]
     print(f"\nshape {tuple(shape)} {str(dtype).removeprefix('torch.')}, {repeats} repeats")
-    print(f"  {'candidate':30s} {'median ms':>10s} {'/ copy':>8s} {'formula /':>10s}")
+    print(f"  {'candidate':30s} {'median ms':>10s} {'/ copy':>8s} {'/ same-alloc copy':>18s}")
     for name, t in med.items():
-        print(f"  {name:30s} {1e3 * t:10.2f} {t / floor:8.2f} {formula / t:10.2f}")
+        same = floor if ("out=" in name or name.startswith("copy (")) else floor_alloc
+        speedup = f"   {formula / t:5.2f}x faster than the formula" if "apply_rope" in name else ""
+        print(f"  {name:30s} {1e3 * t:10.2f} {t / floor:8.2f} {t / same:18.2f}{speedup}")
     return med
 
 
