@@ -93,3 +93,30 @@ def test_toeplitz_deviation_of_noise_is_near_one():
     assert 0.9 < pr.toeplitz_deviation(noise) < 1.0
     with pytest.raises(ValueError, match="2-D"):
         pr.toeplitz_deviation(torch.zeros(2, 2, 2))
+
+
+def test_offset_head_attention_against_loop():
+    codes = torch.randn(6, 4, dtype=torch.float64)
+    w_q, w_k = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    a = pr.offset_head_attention(codes, w_q, w_k)
+    for i in range(6):
+        s = [float((codes[i] @ w_q) @ (codes[j] @ w_k)) / math.sqrt(3) for j in range(i + 1)]
+        z = sum(math.exp(x) for x in s)
+        for j in range(6):
+            want = math.exp(s[j]) / z if j <= i else 0.0
+            assert abs(a[i, j].item() - want) < 1e-12
+
+
+def test_train_offset_head_learns_the_offset_and_leaves_unused_rows():
+    import posenc
+
+    emb = posenc.LearnedEmbedding(12, 6, dtype=torch.float64)
+    before = emb.weight.detach().clone()
+    out = pr.train_offset_head(emb, emb.parameters(), dim=6, seq_len=8, shift=1, steps=150, lr=0.05)
+    assert out["losses"][-1] < 0.1 * out["losses"][0]
+    a = pr.offset_head_attention(emb(8), out["w_q"], out["w_k"])
+    p = torch.arange(1, 8)
+    assert torch.equal(a.argmax(1)[p], p - 1)
+    assert torch.equal(emb.weight.detach()[8:], before[8:])  # rows never used never move
+    with pytest.raises(ValueError, match="shift must be < seq_len"):
+        pr.train_offset_head(emb, [], dim=6, seq_len=4, shift=4)

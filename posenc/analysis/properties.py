@@ -7,11 +7,17 @@ the schemes side by side instead of asserting the properties in prose:
 * :func:`min_pair_distance`, :func:`count_distinct`: is every position's code distinct?
 * :func:`shift_map`: is there one linear map carrying position ``p`` to ``p + k``?
 * :func:`toeplitz_deviation`: does a score or Gram matrix depend only on ``j - i``?
+* :func:`offset_head_attention`, :func:`train_offset_head`: a one-head task where
+  position is all that matters (attend ``shift`` tokens back, as a copy head must),
+  to see what a learned table learns and what it cannot.
 
 All computations are float64.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable
 
 import torch
 
@@ -25,6 +31,8 @@ __all__ = [
     "count_distinct",
     "shift_map",
     "toeplitz_deviation",
+    "offset_head_attention",
+    "train_offset_head",
 ]
 
 
@@ -136,3 +144,73 @@ def toeplitz_deviation(matrix: torch.Tensor) -> float:
     if spread == 0:
         return 0.0
     return ((a - diag_mean).square().mean().sqrt() / spread).item()
+
+
+def offset_head_attention(
+    codes: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor
+) -> torch.Tensor:
+    """Causal attention weights ``(n, n)`` of one head that sees position codes only.
+
+    Scores are ``(codes @ w_q) @ (codes @ w_k).T / sqrt(k)`` for ``codes: (n, d)``
+    and ``w_q, w_k: (d, k)``; query ``i`` may attend keys ``j <= i``.
+    """
+    q, k = codes @ w_q, codes @ w_k
+    scores = q @ k.T / math.sqrt(k.shape[-1])
+    n = codes.shape[0]
+    future = torch.ones(n, n, dtype=torch.bool, device=codes.device).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(-1)
+
+
+def train_offset_head(
+    encoding: Callable[[int], torch.Tensor],
+    parameters,
+    *,
+    dim: int,
+    seq_len: int,
+    shift: int,
+    steps: int = 200,
+    lr: float = 0.05,
+    head_dim: int = 8,
+    seed: int = 0,
+) -> dict:
+    """Train one position-only head to attend from every query ``p`` to key ``p - shift``.
+
+    This is the position half of a copy task (predict the token ``shift`` steps
+    back): the loss is ``-log A[p, p - shift]`` averaged over ``p >= shift``.
+
+    Parameters
+    ----------
+    encoding
+        ``encoding(seq_len) -> (seq_len, dim)`` float64 codes, e.g. a
+        :class:`posenc.LearnedEmbedding` or a fixed sinusoidal table.
+    parameters
+        The encoding's trainable parameters (empty for a fixed table); trained
+        together with the head's ``w_q, w_k: (dim, head_dim)``.
+    dim, seq_len, shift, steps, lr, head_dim
+        Sizes and Adam settings; everything runs in float64.
+    seed
+        Seeds the initialisation of ``w_q`` and ``w_k`` (a private generator).
+
+    Returns
+    -------
+    ``{"w_q", "w_k", "losses"}``: the trained projections and the loss per step.
+    """
+    check_int("seq_len", seq_len, minimum=2)
+    shift = check_int("shift", shift, minimum=1)
+    if shift >= seq_len:
+        raise ValueError(f"shift must be < seq_len={seq_len}, got {shift}")
+    gen = torch.Generator().manual_seed(seed)
+    scale = 1 / math.sqrt(dim)
+    w_q = (torch.randn(dim, head_dim, generator=gen, dtype=torch.float64) * scale).requires_grad_()
+    w_k = (torch.randn(dim, head_dim, generator=gen, dtype=torch.float64) * scale).requires_grad_()
+    opt = torch.optim.Adam([w_q, w_k, *parameters], lr=lr)
+    p = torch.arange(shift, seq_len)
+    losses = []
+    for _ in range(check_int("steps", steps, minimum=0)):
+        attn = offset_head_attention(encoding(seq_len), w_q, w_k)
+        loss = -attn[p, p - shift].log().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return {"w_q": w_q.detach(), "w_k": w_k.detach(), "losses": losses}
