@@ -403,11 +403,7 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
     else:
         nb, ns = 1, rows
     scratch = torch.empty(nb * ns * r, dtype=work, device=x.device)
-    rot = None
-    if layout == "interleaved":
-        rot = torch.complex(cos, sin)
-    else:
-        tmp = torch.empty(nb * ns * h, dtype=work, device=x.device)
+    rot = torch.complex(cos, sin) if layout == "interleaved" else None
     for b0 in range(0, x3.shape[0], nb):
         b1 = min(b0 + nb, x3.shape[0])
         for s0 in range(0, seq, ns):
@@ -424,10 +420,8 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
                 bc.mul_(f)
             else:
                 a, b = src[..., :h], src[..., h:]
-                t = tmp[: a.numel()].view(a.shape)
                 torch.mul(a, c, out=buf[..., :h]).addcmul_(b, s, value=-1.0)
-                torch.mul(a, s, out=t)
-                torch.mul(b, c, out=buf[..., h:]).add_(t)
+                torch.mul(b, c, out=buf[..., h:]).addcmul_(a, s)
             dst.copy_(buf)
 
 
