@@ -353,14 +353,15 @@ def _rotate(x, cos, sin, layout, r, out):
 
         if _triton_rope.available():
             return _triton_rope.rotate(x, cos, sin, layout, r, out)
-    if x.stride(-1) != 1:
-        x = x.contiguous()
     if layout == "interleaved" and x.dtype in (torch.float32, torch.float64):
+        x = x.contiguous()  # the complex view needs unit feature stride and even offsets
         # one pass: (a + ib) * (cos + i sin) on the complex view of feature pairs
         xc = torch.view_as_complex(x[..., :r].unflatten(-1, (r // 2, 2)))
         oc = torch.view_as_complex(out[..., :r].unflatten(-1, (r // 2, 2)))
         torch.mul(xc, torch.complex(cos, sin), out=oc)
         return out
+    if x.stride(-1) != 1:
+        x = x.contiguous()
     _rotate_chunked(x, cos, sin, layout, r, out)
     return out
 

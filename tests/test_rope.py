@@ -245,9 +245,14 @@ def test_out_and_in_place(layout):
     assert (y - want).abs().max().item() < 1e-15
 
 
-def test_non_contiguous_input():
-    x = torch.randn(10, 2, 8, dtype=torch.float64).transpose(0, 1)  # (2, 10, 8), strided
-    assert (posenc.apply_rope(x) - posenc.apply_rope(x.contiguous())).abs().max().item() == 0
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_non_contiguous_input(layout, dtype):
+    transposed = torch.randn(10, 2, 8).to(dtype).transpose(0, 1)  # (2, 10, 8), strided
+    odd_offset = torch.randn(2, 10, 10).to(dtype)[..., 1:9]  # storage offset 1
+    for x in (transposed, odd_offset):
+        want = posenc.apply_rope(x.contiguous(), layout=layout)
+        assert torch.equal(posenc.apply_rope(x, layout=layout), want)
 
 
 def test_yarn_attention_factor_scales_rotated_features():
