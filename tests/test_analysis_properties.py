@@ -4,8 +4,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
 
 from posenc.analysis import properties as pr
 
@@ -76,23 +74,6 @@ def test_shift_map_fails_for_an_affine_code():
     assert abs(res - expected) < 1e-12 and res > 0.5
     with pytest.raises(ValueError, match="shift must be <"):
         pr.shift_map(pr.index_encoding(3), 3)
-
-
-@given(st.integers(1, 12), st.integers(1, 12))
-def test_toeplitz_deviation(n, m):
-    c = torch.randn(n + m - 1, dtype=torch.float64)
-    toeplitz = torch.empty(n, m, dtype=torch.float64)
-    for i in range(n):
-        for j in range(m):
-            toeplitz[i, j] = c[j - i + n - 1]
-    assert pr.toeplitz_deviation(toeplitz) < 1e-12
-
-
-def test_toeplitz_deviation_of_noise_is_near_one():
-    noise = torch.randn(200, 200, dtype=torch.float64)
-    assert 0.9 < pr.toeplitz_deviation(noise) < 1.0
-    with pytest.raises(ValueError, match="2-D"):
-        pr.toeplitz_deviation(torch.zeros(2, 2, 2))
 
 
 def test_offset_head_attention_against_loop():

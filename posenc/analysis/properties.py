@@ -6,7 +6,8 @@ the schemes side by side instead of asserting the properties in prose:
 * :func:`index_encoding`, :func:`fraction_encoding`: the two naive encodings;
 * :func:`min_pair_distance`, :func:`count_distinct`: is every position's code distinct?
 * :func:`shift_map`: is there one linear map carrying position ``p`` to ``p + k``?
-* :func:`toeplitz_deviation`: does a score or Gram matrix depend only on ``j - i``?
+* does a score or Gram matrix depend only on ``j - i``? That is
+  :func:`posenc.analysis.toeplitz_distance`, from the complex-number derivation;
 * :func:`offset_head_attention`, :func:`train_offset_head`: a one-head task where
   position is all that matters (attend ``shift`` tokens back, as a copy head must),
   to see what a learned table learns and what it cannot.
@@ -30,7 +31,6 @@ __all__ = [
     "min_pair_distance",
     "count_distinct",
     "shift_map",
-    "toeplitz_deviation",
     "offset_head_attention",
     "train_offset_head",
 ]
@@ -120,30 +120,6 @@ def shift_map(table: torch.Tensor, shift: int) -> tuple[torch.Tensor, float]:
     m_t = torch.linalg.lstsq(src, dst, driver="gelsd").solution
     residual = (src @ m_t - dst).abs().max() / (dst - src).abs().max().clamp_min(1e-300)
     return m_t.T.contiguous(), residual.item()
-
-
-def toeplitz_deviation(matrix: torch.Tensor) -> float:
-    """How far ``matrix: (n, m)`` is from depending only on ``j - i``: 0 for Toeplitz.
-
-    Each entry is compared with the mean of its diagonal (entries with the same
-    ``j - i``); the result is the root-mean-square of those deviations divided
-    by the root-mean-square deviation of the entries from their overall mean.
-    A Toeplitz matrix gives 0; a matrix of i.i.d. noise gives close to 1.
-    """
-    a = check_floating("matrix", matrix, min_dim=2).double()
-    if a.dim() != 2:
-        raise ValueError(f"matrix must be 2-D, got shape {tuple(a.shape)}")
-    n, m = a.shape
-    offset = (torch.arange(m, device=a.device) - torch.arange(n, device=a.device)[:, None]) + n - 1
-    count = torch.zeros(n + m - 1, dtype=torch.float64, device=a.device)
-    total = torch.zeros_like(count)
-    count.index_add_(0, offset.flatten(), torch.ones(n * m, dtype=torch.float64, device=a.device))
-    total.index_add_(0, offset.flatten(), a.flatten())
-    diag_mean = (total / count)[offset]
-    spread = (a - a.mean()).square().mean().sqrt()
-    if spread == 0:
-        return 0.0
-    return ((a - diag_mean).square().mean().sqrt() / spread).item()
 
 
 def offset_head_attention(
