@@ -110,7 +110,8 @@ class DAAttention(nn.Module, PositionalScheme):
         v = self.v.to(work)[:, None, None]
         return learnable_sigmoid(w * dist, v).to(dtype)
 
-    def _weights(self, q, k, *, bias, causal, q_offset, scale):
+    def weights(self, q, k, *, bias, causal, q_offset, scale):
+        """Rescaled, row-normalised ReLU weights ``(..., q_len, k_len)``."""
         if q.dim() < 3 or q.shape[-3] != self.num_heads:
             raise ValueError(
                 f"q must have shape (..., num_heads={self.num_heads}, q_len, head_dim), "
@@ -137,7 +138,7 @@ class DAAttention(nn.Module, PositionalScheme):
 
     def attend(self, q, k, v, *, bias, causal, q_offset, scale):
         """Rescaled ReLU attention: ``weights @ v``, shape ``(..., q_len, d_v)``."""
-        return self._weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale) @ v
+        return self.weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale) @ v
 
     def forward(self, q, k, v, *, bias=None, causal=False, q_offset=None, scale=None):
         """Same as ``posenc.attention(q, k, v, encoding=self, ...)``."""

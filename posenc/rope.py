@@ -36,7 +36,8 @@ from torch import nn
 from ._angles import compute_dtype, cos_sin
 from ._checks import as_positions, check_choice, check_even, check_float, check_floating, check_int
 from .attention import PositionalScheme
-from .scaling import RopeScaling, _unscaled
+from .scaling import RopeScaling
+from .sinusoidal import sinusoidal_inv_freq
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "RotaryEmbedding"]
 
@@ -78,7 +79,7 @@ def rope_frequencies(
     if seq_len is not None:
         seq_len = check_int("seq_len", seq_len, minimum=0)
     if scaling is None:
-        return _unscaled(dim, base)
+        return sinusoidal_inv_freq(dim, base=base)
     return scaling.frequencies(dim, base, seq_len)
 
 

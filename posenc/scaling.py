@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_even, check_float, check_int
+from .sinusoidal import sinusoidal_inv_freq  # RoPE reuses the sinusoid's frequency ladder
 
 __all__ = ["RopeScaling"]
 
@@ -177,8 +178,8 @@ class RopeScaling:
             if self.kind == "dynamic_ntk":
                 length = max(seq_len or 0, self.original_max_positions)
                 s = s * length / self.original_max_positions - (s - 1)
-            return _unscaled(dim, base * s ** (dim / (dim - 2)))
-        omega = _unscaled(dim, base)
+            return sinusoidal_inv_freq(dim, base=base * s ** (dim / (dim - 2)))
+        omega = sinusoidal_inv_freq(dim, base=base)
         if self.kind == "linear":
             return omega / s
         if self.kind == "yarn":
@@ -229,11 +230,6 @@ class RopeScaling:
                 f"high_freq_factor={self.high_freq_factor}",
             ]
         return f"RopeScaling.{self.kind}({', '.join(args)})"
-
-
-def _unscaled(dim: int, base: float) -> torch.Tensor:
-    """``base**(-2i/dim)`` for i = 0 .. dim/2 - 1, in float64."""
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
 def _check_factor(factor) -> float:
