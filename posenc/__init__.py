@@ -28,6 +28,7 @@ PyTorch.
 
 import importlib
 
+from . import _workarounds  # noqa: F401  (first: upstream fixes that affect every module)
 from .alibi import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .convert import *  # noqa: F403
