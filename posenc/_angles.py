@@ -53,37 +53,37 @@ def cos_sin_range_into(
     float64; they are written in place, with no (n, h) temporaries.
     """
     n, h = out_cos.shape
-    device = out_cos.device
-    dtype = out_cos.dtype
+    if n == 0:
+        return
+    device, dtype = out_cos.device, out_cos.dtype
     inv_freq = inv_freq.to(device=device, dtype=torch.float64)
-    block = max(1, math.isqrt(max(n - 1, 0)) + 1)
-    n_hi = n // block
-    lo = torch.arange(block, device=device, dtype=torch.float64)[:, None] * inv_freq
-    cos_lo, sin_lo = lo.cos().to(dtype), lo.sin().to(dtype)
-    if n_hi:
-        hi = start + block * torch.arange(n_hi, device=device, dtype=torch.float64)
-        hi = hi[:, None, None] * inv_freq  # (n_hi, 1, h)
-        cos_hi, sin_hi = hi.cos().to(dtype), hi.sin().to(dtype)
-        rows = n_hi * block
-        pairs = _as_pairs(out_cos[:rows], out_sin[:rows])
-        if pairs is not None:
-            _combine_complex(pairs, cos_hi, sin_hi, cos_lo, sin_lo, n_hi, block)
-        else:
-            o_cos = out_cos[:rows].view(n_hi, block, h)
-            o_sin = out_sin[:rows].view(n_hi, block, h)
-            # groups of hi rows whose output stays in cache across the four passes
-            step = max(1, _CHUNK_BYTES // (2 * block * h * out_cos.element_size()))
-            for g in range(0, n_hi, step):
-                sh, ch, sc = sin_hi[g : g + step], cos_hi[g : g + step], o_sin[g : g + step]
-                torch.mul(sh, cos_lo, out=sc).addcmul_(ch, sin_lo)
-                oc = o_cos[g : g + step]
-                torch.mul(ch, cos_lo, out=oc).addcmul_(sh, sin_lo, value=-1.0)
-    tail = n - n_hi * block
-    if tail:  # fewer than `block` rows: evaluate directly in float64
-        p = start + n_hi * block + torch.arange(tail, device=device, dtype=torch.float64)
-        ang = p[:, None] * inv_freq
-        out_cos[n_hi * block :].copy_(ang.cos())
-        out_sin[n_hi * block :].copy_(ang.sin())
+    # row r = hi * block + lo; the last hi row may be partial
+    block = math.isqrt(n - 1) + 1
+    n_hi = -(-n // block)
+    offsets = torch.arange(block + n_hi, device=device, dtype=torch.float64)
+    offsets[block:] = start + block * offsets[:n_hi]
+    ang = offsets[:, None] * inv_freq  # lo angles, then hi angles: one trig call each
+    cos_t, sin_t = ang.cos().to(dtype), ang.sin().to(dtype)
+    cos_lo, sin_lo = cos_t[:block], sin_t[:block]
+    cos_hi, sin_hi = cos_t[block:, None], sin_t[block:, None]  # (n_hi, 1, h)
+    pairs = _as_pairs(out_cos, out_sin)
+    if pairs is not None:
+        _combine_complex(pairs, cos_hi, sin_hi, cos_lo, sin_lo, block)
+        return
+    # two separate outputs: four passes over groups of rows that stay in cache
+    step = max(1, _CHUNK_BYTES // (2 * block * h * out_cos.element_size()))
+    full, tail = divmod(n, block)
+    groups = [(g, min(g + step, full)) for g in range(0, full, step)]
+    if tail:
+        groups.append((full, full + 1))
+    for g0, g1 in groups:
+        rows = slice(g0 * block, min(g1 * block, n))
+        m = min(block, n - g0 * block)  # rows per block: `block`, or `tail` for the last
+        o_sin = out_sin[rows].unflatten(0, (g1 - g0, m))
+        o_cos = out_cos[rows].unflatten(0, (g1 - g0, m))
+        sh, ch = sin_hi[g0:g1], cos_hi[g0:g1]
+        torch.mul(sh, cos_lo[:m], out=o_sin).addcmul_(ch, sin_lo[:m])
+        torch.mul(ch, cos_lo[:m], out=o_cos).addcmul_(sh, sin_lo[:m], value=-1.0)
 
 
 # Output bytes processed per group on the two-pass path: well inside a per-core L2.
@@ -115,19 +115,23 @@ def _as_pairs(out_cos: torch.Tensor, out_sin: torch.Tensor):
     return torch.view_as_complex(pairs), sin_first
 
 
-def _combine_complex(pairs, cos_hi, sin_hi, cos_lo, sin_lo, n_hi, block):
-    """(cos a + i sin a)(cos b + i sin b) = cos(a+b) + i sin(a+b).
+def _combine_complex(pairs, cos_hi, sin_hi, cos_lo, sin_lo, block):
+    """(cos a + i sin a)(cos b + i sin b) = cos(a+b) + i sin(a+b), block by block.
 
     With sin stored first the pair reads sin(a+b) + i cos(a+b), which is
     (sin a + i cos a)(cos b - i sin b).
     """
     out, sin_first = pairs
-    h = out.shape[1]
+    n, h = out.shape
     if sin_first:
         a, b = torch.complex(sin_hi, cos_hi), torch.complex(cos_lo, -sin_lo)
     else:
         a, b = torch.complex(cos_hi, sin_hi), torch.complex(cos_lo, sin_lo)
-    torch.mul(a, b, out=out.view(n_hi, block, h))
+    full, tail = divmod(n, block)
+    if full:
+        torch.mul(a[:full], b, out=out[: full * block].view(full, block, h))
+    if tail:
+        torch.mul(a[full, 0], b[:tail], out=out[full * block :])
 
 
 def cos_sin(
