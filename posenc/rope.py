@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import _memory
 from ._angles import compute_dtype, cos_sin
 from ._checks import as_positions, check_choice, check_even, check_float, check_floating, check_int
 from .attention import PositionalScheme
@@ -342,7 +343,7 @@ def _rotate(x, cos, sin, layout, r, out):
             raise ValueError("out must be None when x requires grad (out= is not differentiable)")
         return _rotate_functional(x, cos, sin, layout, r)
     if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        out = _memory.empty(*x.shape, dtype=x.dtype, device=x.device)
     else:
         _check_out(out, x)
     if x.numel() == 0:

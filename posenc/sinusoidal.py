@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import _angles
+from . import _angles, _memory
 from ._checks import as_positions, check_choice, check_even, check_float, check_int
 
 __all__ = [
@@ -86,7 +86,7 @@ def sinusoidal_table(
     dtype = _check_dtype(dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, device=device)
     work = _angles.compute_dtype(dtype)
-    table = torch.empty(num_positions, dim, dtype=work, device=device)
+    table = _memory.empty(num_positions, dim, dtype=work, device=device)
     if num_positions:
         half = dim // 2
         if layout == "interleaved":
