@@ -5,7 +5,10 @@ the least any table builder must do (allocate the memory and write every entry o
 Both are timed in alternation, repeat after repeat, so machine noise (other
 processes, frequency changes) hits them alike; we print medians and their ratio.
 Also shown: the usual float32 recipe (positions times frequencies in float32, then
-sin/cos), which is both slower and wrong by ~0.07 at p = 10**6, and float64 sin/cos.
+sin/cos), which is both slower and wrong by ~0.07 at p = 10**6, float64 sin/cos, and
+the floor of the angle-addition method itself: its one combining pass (a complex
+multiply of the two precomputed ~sqrt(n)-row factor tables into a new output), without
+the factor tables' float64 sin/cos and the argument checks.
 
 Run: ``python benchmarks/bench_sinusoidal.py [--repeats N] [--threads T]``.
 """
@@ -13,6 +16,7 @@ Run: ``python benchmarks/bench_sinusoidal.py [--repeats N] [--threads T]``.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
@@ -45,6 +49,14 @@ def float64_sincos(n, d):
     return out
 
 
+def combine_only(n, d):
+    """The combining pass alone: factor tables prepared outside the timed call."""
+    block = math.isqrt(n - 1) + 1
+    a = torch.randn(-(-n // block), 1, d // 2, dtype=torch.complex64)
+    b = torch.randn(block, d // 2, dtype=torch.complex64)
+    return lambda n, d: torch.mul(a, b)
+
+
 def timed(fn, *args):
     t0 = time.perf_counter()
     fn(*args)
@@ -65,17 +77,19 @@ def main():
         "concat": lambda n, d: posenc.sinusoidal_table(n, d, layout="concat"),
         "usual fp32": usual_fp32,
         "fp64 sin/cos": float64_sincos,
+        "combine only": None,  # per size, below
     }
     header = f"{'size':>14} {'fill ms':>9}" + "".join(f" {k:>22}" for k in candidates)
     print(header)
     worst = 0.0
     for n, d in SIZES:
-        times = {k: [] for k in ["fill", *candidates]}
-        for fn in [fill, *candidates.values()]:
+        fns = {**candidates, "combine only": combine_only(n, d)}
+        times = {k: [] for k in ["fill", *fns]}
+        for fn in [fill, *fns.values()]:
             fn(n, d)  # warm up
         for _ in range(args.repeats):
             times["fill"].append(timed(fill, n, d))
-            for k, fn in candidates.items():
+            for k, fn in fns.items():
                 times[k].append(timed(fn, n, d))
         med = {k: statistics.median(v) for k, v in times.items()}
         cells = []
