@@ -77,13 +77,28 @@ def bench(shape, dtype, repeats):
     return med
 
 
+# Targets for eager apply_rope: at most this many times the read+write, and at
+# least 2x faster than the transformers formula.
+TARGETS = {torch.float32: 3.0, torch.bfloat16: 5.0}
+
+
+def verdicts(med, dtype):
+    """One line per apply_rope candidate: does it meet the targets for ``dtype``?"""
+    floor, formula = med["copy (read+write)"], med["transformers formula"]
+    for name, t in med.items():
+        if name.startswith("apply_rope"):
+            ok = t / floor <= TARGETS[dtype] and formula / t >= 2.0
+            print(f"  {name:30s} {'meets' if ok else 'MISSES'} the targets")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    bench((1, 32, 4096, 128), torch.float32, args.repeats)
-    bench((8, 16, 1024, 64), torch.bfloat16, args.repeats)
+    for shape, dtype in [((1, 32, 4096, 128), torch.float32), ((8, 16, 1024, 64), torch.bfloat16)]:
+        med = bench(shape, dtype, args.repeats)
+        verdicts(med, dtype)
     print(
         "\ntargets: apply_rope <= 3x copy in float32, <= 5x copy in bfloat16, "
         "and >= 2x faster than the transformers formula"
