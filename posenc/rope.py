@@ -157,7 +157,9 @@ def apply_rope(
         Frequency base.
     layout
         ``"interleaved"`` pairs features ``(2i, 2i+1)``; ``"half"`` pairs
-        ``(i, i + r/2)``.  See the module docstring.
+        ``(i, i + r/2)``.  See the module docstring.  On CPU "interleaved" is
+        the faster (one complex multiply); a half-layout checkpoint can use
+        it after :func:`posenc.half_to_interleaved` on its q/k projections.
     rotary_dim
         Rotate only the first ``r`` features (even, ``<= dim``); frequencies
         use ``r``.  Defaults to ``dim``.

@@ -26,20 +26,28 @@ def scores(x, wq, bq, wk, bk, heads, layout, r):
 
 
 @pytest.mark.parametrize("r", [None, 4])
-def test_converted_checkpoint_keeps_scores(r):
+@pytest.mark.parametrize(
+    "src, dst, convert, back",
+    [
+        ("interleaved", "half", posenc.interleaved_to_half, posenc.half_to_interleaved),
+        # the port that lets a half-layout checkpoint run the faster interleaved path
+        ("half", "interleaved", posenc.half_to_interleaved, posenc.interleaved_to_half),
+    ],
+)
+def test_converted_checkpoint_keeps_scores(r, src, dst, convert, back):
     hidden, heads, head_dim, seq = 24, 3, 8, 11
     x = torch.randn(seq, hidden, dtype=torch.float64)
     wq, wk = torch.randn(2, heads * head_dim, hidden, dtype=torch.float64)
     bq, bk = torch.randn(2, heads * head_dim, dtype=torch.float64)
-    original = scores(x, wq, bq, wk, bk, heads, "interleaved", r)
-    conv = [posenc.interleaved_to_half(t, heads, rotary_dim=r) for t in (wq, bq, wk, bk)]
-    converted = scores(x, *conv, heads, "half", r)
+    original = scores(x, wq, bq, wk, bk, heads, src, r)
+    conv = [convert(t, heads, rotary_dim=r) for t in (wq, bq, wk, bk)]
+    converted = scores(x, *conv, heads, dst, r)
     assert (converted - original).abs().max().item() < 1e-12
-    # the pitfall: half-layout RoPE on unconverted weights changes the scores
-    wrong = scores(x, wq, bq, wk, bk, heads, "half", r)
+    # the pitfall: the other layout's RoPE on unconverted weights changes the scores
+    wrong = scores(x, wq, bq, wk, bk, heads, dst, r)
     assert (wrong - original).abs().max().item() > 1e-2
     # and back again, exactly
-    assert torch.equal(posenc.half_to_interleaved(conv[0], heads, rotary_dim=r), wq)
+    assert torch.equal(back(conv[0], heads, rotary_dim=r), wq)
 
 
 def test_grouped_query_heads_convert_separately():
