@@ -25,7 +25,7 @@ book: env
 	$(BIN)/jupyter-book build . -n -W --keep-going
 
 lint: env
-	$(BIN)/ruff check posenc tests benchmarks book/_ext
+	$(BIN)/ruff check posenc tests benchmarks book
 	$(BIN)/ruff format --check posenc tests benchmarks book/_ext
 
 # Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
