@@ -5,8 +5,9 @@ Every public name is re-exported here from the module that owns it:
 =====================  ======================================================
 module                 what lives there
 =====================  ======================================================
-``attention``          :func:`attention`, the one entry point, and the
-                       :class:`PositionalScheme` contract every scheme follows
+``scheme``             :func:`attention`, the one entry point, the
+                       :class:`PositionalScheme` contract every scheme follows,
+                       and the mask merging every path shares
 ``sinusoidal``         the fixed sinusoidal table of Vaswani et al. (2017)
 ``learned``            learned absolute position tables
 ``rope``               rotary embeddings (RoFormer): frequencies, cos/sin
@@ -30,12 +31,12 @@ import importlib
 
 from . import _workarounds  # noqa: F401  (first: upstream fixes that affect every module)
 from .alibi import *  # noqa: F403
-from .attention import *  # noqa: F403
 from .convert import *  # noqa: F403
 from .da_transformer import *  # noqa: F403
 from .learned import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .scaling import *  # noqa: F403
+from .scheme import *  # noqa: F403
 from .shaw import *  # noqa: F403
 from .sinusoidal import *  # noqa: F403
 from .t5 import *  # noqa: F403

@@ -5,7 +5,7 @@ score of query position ``i`` and key position ``j``: a fixed, head-specific
 penalty that grows linearly with distance.  The slopes ``m_h`` form a geometric
 sequence, so some heads look far back and others stay local.
 
-Conventions (shared with :mod:`posenc.attention`): keys sit at positions
+Conventions (shared with :mod:`posenc.scheme`): keys sit at positions
 ``0 .. k_len-1``; queries at ``q_offset .. q_offset+q_len-1`` with the default
 ``q_offset = k_len - q_len`` (queries are the newest tokens, as with a KV
 cache).  The bias only depends on ``|key - query|``, so its sign convention
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_int
-from .attention import PositionalScheme, _check_offset
+from .scheme import PositionalScheme, _check_offset
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
 
@@ -131,7 +131,7 @@ def alibi_bias(
 
 
 class ALiBi(PositionalScheme):
-    """ALiBi as a :class:`~posenc.attention.PositionalScheme` for :func:`posenc.attention`.
+    """ALiBi as a :class:`~posenc.scheme.PositionalScheme` for :func:`posenc.attention`.
 
     Adds ``-m_h * |query - key|`` (positions as given by ``attention``, so a
     ``q_offset`` or KV cache is handled) to the scaled scores of head ``h``.

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ._checks import check_float, check_floating, check_int
-from .attention import PositionalScheme, attention, causal_mask, query_key_positions
+from .scheme import PositionalScheme, attention, causal_mask, query_key_positions
 
 __all__ = ["learnable_sigmoid", "DAAttention"]
 
@@ -82,7 +82,7 @@ class DAAttention(nn.Module, PositionalScheme):
     Notes
     -----
     Queries sit at ``q_offset + i`` and keys at ``j`` (see
-    :mod:`posenc.attention`); the distance is ``|q_offset + i - j|``.  Masked
+    :mod:`posenc.scheme`); the distance is ``|q_offset + i - j|``.  Masked
     entries (causal mask, ``-inf`` or ``False`` in ``bias``) get weight zero
     before the row is normalised; a finite additive ``bias`` is added to the
     scaled scores before the ReLU.

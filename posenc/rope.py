@@ -36,8 +36,8 @@ from torch import nn
 from . import _memory
 from ._angles import compute_dtype, cos_sin
 from ._checks import as_positions, check_choice, check_even, check_float, check_floating, check_int
-from .attention import PositionalScheme
 from .scaling import RopeScaling
+from .scheme import PositionalScheme
 from .sinusoidal import sinusoidal_inv_freq
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "RotaryEmbedding"]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ._checks import check_int
-from .attention import PositionalScheme, _check_offset, causal_mask, query_key_positions
+from .scheme import PositionalScheme, _check_offset, causal_mask, query_key_positions
 
 __all__ = ["shaw_relative_indices", "ShawRelativeAttention"]
 

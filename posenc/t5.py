@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ._checks import as_positions, check_int, check_tensor
-from .attention import PositionalScheme, _check_offset
+from .scheme import PositionalScheme, _check_offset
 
 __all__ = ["t5_relative_bucket", "T5RelativeBias"]
 
@@ -115,7 +115,7 @@ class T5RelativeBias(nn.Module, PositionalScheme):
     scalar per bucket and head; the bias of head ``h`` for query position ``p``
     and key position ``s`` is ``weight[t5_relative_bucket(s - p), h]``.
 
-    As a :class:`~posenc.attention.PositionalScheme` it adds that bias to the
+    As a :class:`~posenc.scheme.PositionalScheme` it adds that bias to the
     scaled scores, so queries must have shape ``(..., num_heads, q_len, d)``.
     T5 itself does *not* scale scores by ``1/sqrt(d)`` (its initialisation
     absorbs the factor): to reproduce a T5 checkpoint exactly, call

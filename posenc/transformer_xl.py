@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_even, check_float, check_floating, check_int
-from .attention import PositionalScheme, attention, scaled_dot_product
+from .scheme import PositionalScheme, attention, scaled_dot_product
 from .sinusoidal import sinusoidal_table
 
 __all__ = ["rel_shift", "relative_sinusoids", "TransformerXLScheme", "TransformerXLAttention"]

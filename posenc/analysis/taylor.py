@@ -21,7 +21,7 @@ import torch
 from torch.func import grad, jacrev
 
 from .._checks import check_float, check_floating, check_int
-from ..attention import attention
+from ..scheme import attention
 
 __all__ = [
     "AttentionReadout",

@@ -1,4 +1,4 @@
-"""Tests for posenc.attention: the one entry point every scheme goes through.
+"""Tests for posenc.scheme: posenc.attention, the one entry point every scheme goes through.
 
 Golden values come from an explicit float64 softmax loop over (i, j) written
 here, independent of PyTorch's SDPA kernels.
@@ -15,7 +15,7 @@ import posenc
 from posenc import PositionalScheme, attention, attention_weights, causal_mask
 
 # the module, not the function of the same name that `posenc` re-exports
-attention_module = importlib.import_module("posenc.attention")
+attention_module = importlib.import_module("posenc.scheme")
 
 
 def reference_attention(q, k, v, *, bias=None, causal=False, q_offset=None, scale=None):
