@@ -8,18 +8,27 @@ learnable sigmoid with its own scalar ``v_h``::
     f(x; v) = (1 + e^v) / (1 + e^(v - x))
 
 so that ``f(0) = 1`` (distance zero changes nothing), ``f -> 0`` as
-``x -> -inf``, ``f < 1 + e^v`` and ``f`` increases with ``x``.  The attention
-weights are the ReLU'd scores multiplied elementwise by ``f(R)`` and
-normalised by their row sum (no softmax)::
+``x -> -inf``, ``f < 1 + e^v`` and ``f`` increases with ``x``.  The rescaled
+coefficients ``R^_ij = f(R_ij; v_h)`` multiply the ReLU'd raw scores, and a
+softmax turns the result into weights (the paper's attention matrix)::
 
-    A_ij = relu(scale * q_i . k_j) * f(R_ij) / sum_j' relu(scale * q_i . k_j') f(R_ij')
+    A = softmax(ReLU(Q K^T) * R^ / sqrt(d))                     normalize="softmax"
 
-Because ReLU is positively homogeneous, ``scale`` (the paper's ``1/sqrt(d)``)
-cancels in the normalisation; it is kept for the shape of the formula.
+The ReLU is there because a score can have either sign: multiplying a negative
+score by a larger coefficient would push it *down*, the opposite of what the
+coefficient means.  After the ReLU every key with a non-positive score gets the
+logit 0, so it keeps a share of the attention (``e^0`` against ``e^{logit}``);
+only positive scores are amplified or damped by distance.
 
-A row whose scores are all ``<= 0`` (or all masked) has a zero sum.  Such a
-query attends to nothing: its weights are all zero and its output is the zero
-vector, with no NaN (we divide by 1 where the sum is 0).
+``normalize="row_sum"`` keeps an earlier form of this module, which drops the
+softmax and divides by the row sum instead::
+
+    A_ij = ReLU(s_ij) * R^_ij / sum_j' ReLU(s_ij') * R^_ij'     normalize="row_sum"
+
+It is *not* the paper's model: keys with a non-positive score get weight
+exactly 0 (sparse weights), and ``scale`` cancels (ReLU is positively
+homogeneous).  A row whose scores are all ``<= 0`` then attends to nothing
+(weights and output zero).  It is kept for models trained with it.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_float, check_floating, check_int
+from ._checks import check_choice, check_float, check_floating, check_int
 from .scheme import PositionalScheme, attention, causal_mask, query_key_positions
 
 __all__ = ["learnable_sigmoid", "DAAttention"]
+
+NORMALIZATIONS = ("softmax", "row_sum")
 
 
 def learnable_sigmoid(x: torch.Tensor, v: torch.Tensor | float) -> torch.Tensor:
@@ -68,8 +79,7 @@ class DAAttention(nn.Module, PositionalScheme):
     whole attention computation (the ``attend`` hook) and materialises the
     ``(num_heads, q_len, k_len)`` coefficients and the weights: O(q_len * k_len)
     extra memory and time per head, as the paper notes.  The weights themselves
-    come from ``posenc.attention_weights(q, k, encoding=module)``; their rows
-    sum to 1, or to 0 for a query that attends to nothing.
+    come from ``posenc.attention_weights(q, k, encoding=module)``.
 
     Parameters
     ----------
@@ -77,24 +87,41 @@ class DAAttention(nn.Module, PositionalScheme):
         Number of heads; each has its own ``w`` and ``v``.
     w_init, v_init
         Initial values of every ``w_h`` and ``v_h``.  With ``w = 0`` every
-        coefficient is 1 and the layer starts as plain ReLU attention.
+        coefficient is 1 and the layer starts as ``softmax(ReLU(Q K^T) / sqrt(d))``.
+    normalize
+        ``"softmax"`` (default): the paper, ``softmax(ReLU(scale * Q K^T) * R^)``.
+        ``"row_sum"``: ``ReLU(scale * Q K^T) * R^`` divided by its row sum, the
+        form this module computed before; see the module docstring for how the
+        two differ.
 
     Notes
     -----
     Queries sit at ``q_offset + i`` and keys at ``j`` (see
     :mod:`posenc.scheme`); the distance is ``|q_offset + i - j|``.  Masked
-    entries (causal mask, ``-inf`` or ``False`` in ``bias``) get weight zero
-    before the row is normalised; a finite additive ``bias`` is added to the
-    scaled scores before the ReLU.
+    entries (causal mask, ``-inf`` or ``False`` in ``bias``) get weight zero.
+    A finite additive ``bias`` is added to the logits ``ReLU(scale * q.k) * R^``
+    with ``normalize="softmax"`` (as every scheme adds a bias to its logits),
+    and to the scaled scores before the ReLU with ``normalize="row_sum"``.
+    A query that sees no key (every key masked, or, with ``"row_sum"``, no
+    positive score) gets zero weights and a zero output, never NaN.
+    Half-precision inputs are computed in float32 and rounded once.
     """
 
     materializes_bias = True
 
-    def __init__(self, num_heads: int, *, w_init: float = 0.0, v_init: float = 0.0):
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        w_init: float = 0.0,
+        v_init: float = 0.0,
+        normalize: str = "softmax",
+    ):
         nn.Module.__init__(self)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         w_init = check_float("w_init", w_init)
         v_init = check_float("v_init", v_init)
+        self.normalize = check_choice("normalize", normalize, NORMALIZATIONS)
         self.w = nn.Parameter(torch.full((num_heads,), w_init))
         self.v = nn.Parameter(torch.full((num_heads,), v_init))
 
@@ -111,34 +138,56 @@ class DAAttention(nn.Module, PositionalScheme):
         return learnable_sigmoid(w * dist, v).to(dtype)
 
     def weights(self, q, k, *, bias, causal, q_offset, scale):
-        """Rescaled, row-normalised ReLU weights ``(..., q_len, k_len)``."""
+        """Attention weights ``(..., q_len, k_len)``, per :attr:`normalize`."""
+        w = self._weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+        return w.to(q.dtype)
+
+    def _weights(self, q, k, *, bias, causal, q_offset, scale):
+        """The weights in float32 at least (float64 for float64 inputs)."""
         if q.dim() < 3 or q.shape[-3] != self.num_heads:
             raise ValueError(
                 f"q must have shape (..., num_heads={self.num_heads}, q_len, head_dim), "
                 f"got {tuple(q.shape)}"
             )
+        work = torch.promote_types(q.dtype, torch.float32)
+        q, k = q.to(work), k.to(work)
         q_positions, k_positions = query_key_positions(q, k, q_offset)
+        coef = self.coefficients(q_positions, k_positions, work)
         scores = scale * (q @ k.transpose(-1, -2))
-        keep = None
+        keep, additive = None, None
         if bias is not None:
             if bias.dtype == torch.bool:
                 keep = bias
             else:
                 keep = bias != float("-inf")
-                scores = scores + torch.where(keep, bias, 0).to(scores.dtype)
+                additive = torch.where(keep, bias, 0).to(work)
         if causal:
             mask = causal_mask(q.shape[-2], k.shape[-2], q_offset, device=q.device)
             keep = mask if keep is None else keep & mask
-        a = torch.relu(scores) * self.coefficients(q_positions, k_positions, q.dtype)
-        if keep is not None:
-            a = a.masked_fill(~keep, 0.0)
-        total = a.sum(-1, keepdim=True)
-        # an all-zero row attends to nothing: divide by 1 there instead of 0
-        return a / torch.where(total > 0, total, torch.ones_like(total))
+        if self.normalize == "row_sum":
+            if additive is not None:
+                scores = scores + additive
+            a = torch.relu(scores) * coef
+            if keep is not None:
+                a = a.masked_fill(~keep, 0.0)
+            total = a.sum(-1, keepdim=True)
+            # an all-zero row attends to nothing: divide by 1 there instead of 0
+            return a / torch.where(total > 0, total, torch.ones_like(total))
+        logits = torch.relu(scores) * coef
+        if additive is not None:
+            logits = logits + additive
+        if keep is None:
+            return torch.softmax(logits, dim=-1)
+        keep = keep.expand(logits.shape)
+        seen = keep.any(-1, keepdim=True)
+        # a row with no visible key: softmax over zeros (finite), then zeroed
+        logits = logits.masked_fill(~keep, float("-inf")).masked_fill(~seen, 0.0)
+        return torch.softmax(logits, dim=-1) * seen
 
     def attend(self, q, k, v, *, bias, causal, q_offset, scale):
-        """Rescaled ReLU attention: ``weights @ v``, shape ``(..., q_len, d_v)``."""
-        return self.weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale) @ v
+        """Distance-aware attention: ``weights @ v``, shape ``(..., q_len, d_v)``."""
+        w = self._weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+        return (w @ v.to(w.dtype)).to(v.dtype)
 
     def forward(self, q, k, v, *, bias=None, causal=False, q_offset=None, scale=None):
         """Same as ``posenc.attention(q, k, v, encoding=self, ...)``."""
@@ -147,4 +196,4 @@ class DAAttention(nn.Module, PositionalScheme):
         )
 
     def extra_repr(self) -> str:
-        return f"num_heads={self.num_heads}"
+        return f"num_heads={self.num_heads}, normalize={self.normalize!r}"

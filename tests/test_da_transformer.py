@@ -83,38 +83,69 @@ def test_sigmoid_validation():
 
 # --- the attention -----------------------------------------------------------------------------
 
+NORMALIZE = ["softmax", "row_sum"]
 
-def make(heads=3):
-    m = DAAttention(heads).double()
+
+def make(heads=3, normalize="softmax"):
+    m = DAAttention(heads, normalize=normalize).double()
     with torch.no_grad():
         m.w.copy_(torch.tensor([-0.7, 0.0, 0.4])[:heads])
         m.v.copy_(torch.tensor([1.5, -0.5, 0.2])[:heads])
     return m
 
 
-def loop_weights(m, q, k, causal, q_offset, scale):
-    """relu(scale q.k) * f(w |p - s|; v), zeroed where masked, over the row sum: explicit loops."""
+def loop_weights(m, q, k, causal, q_offset, scale, normalize="softmax", bias=None):
+    """The weights of Wu et al. (2021) by explicit float64 loops over (b, h, i, j).
+
+    ``"softmax"``, the paper: logit ``max(0, q.k) * f(w |p - s|; v) * scale``, plus
+    ``bias[i][j]``, then a softmax over the visible keys.  ``"row_sum"``:
+    ``max(0, scale q.k + bias) * f(...)`` over the row sum.  A row with no visible
+    key (or, for ``"row_sum"``, a zero sum) is all zeros.  ``bias`` is a nested
+    list of floats (``-inf`` masks) or None.
+    """
     *lead, heads, q_len, _ = q.shape
     k_len = k.shape[-2]
     out = torch.zeros(*lead, heads, q_len, k_len, dtype=torch.float64)
     for b in range(lead[0]):
         for h in range(heads):
-            w, v = m.w[h].item(), m.v[h].item()
+            w, v = float(m.w[h].detach()), float(m.v[h].detach())
             for i in range(q_len):
-                row = []
+                p = q_offset + i
+                row = []  # None marks a masked key
                 for j in range(k_len):
-                    p = q_offset + i
-                    if causal and j > p:
-                        row.append(0.0)
+                    extra = 0.0 if bias is None else bias[i][j]
+                    if (causal and j > p) or extra == -math.inf:
+                        row.append(None)
                         continue
-                    s = max(0.0, scale * float(q[b, h, i] @ k[b, h, j]))
-                    row.append(s * sigmoid_formula(w * abs(p - j), v))
-                total = sum(row)
-                for j in range(k_len):
-                    out[b, h, i, j] = row[j] / total if total > 0 else 0.0
+                    dot = sum(
+                        float(q[b, h, i, c]) * float(k[b, h, j, c]) for c in range(q.shape[-1])
+                    )
+                    coef = sigmoid_formula(w * abs(p - j), v)
+                    if normalize == "softmax":
+                        row.append(max(0.0, dot) * coef * scale + extra)
+                    else:
+                        row.append(max(0.0, scale * dot + extra) * coef)
+                seen = [x for x in row if x is not None]
+                if not seen:
+                    continue
+                if normalize == "softmax":
+                    top = max(seen)
+                    total = sum(math.exp(x - top) for x in seen)
+                    for j, x in enumerate(row):
+                        out[b, h, i, j] = 0.0 if x is None else math.exp(x - top) / total
+                else:
+                    total = sum(seen)
+                    for j, x in enumerate(row):
+                        out[b, h, i, j] = x / total if x is not None and total > 0 else 0.0
     return out
 
 
+def test_default_is_the_papers_softmax():
+    assert DAAttention(2).normalize == "softmax"
+    assert "normalize='softmax'" in repr(DAAttention(2))
+
+
+@pytest.mark.parametrize("normalize", NORMALIZE)
 @pytest.mark.parametrize(
     ("causal", "q_len", "k_len", "q_offset"),
     [
@@ -125,13 +156,13 @@ def loop_weights(m, q, k, causal, q_offset, scale):
         (False, 3, 4, -1),
     ],
 )
-def test_matches_explicit_loop(causal, q_len, k_len, q_offset):
-    m = make()
+def test_matches_explicit_loop(normalize, causal, q_len, k_len, q_offset):
+    m = make(normalize=normalize)
     q = torch.randn(2, 3, q_len, 4, dtype=torch.float64)
     k = torch.randn(2, 3, k_len, 4, dtype=torch.float64)
     v = torch.randn(2, 3, k_len, 2, dtype=torch.float64)
     off = k_len - q_len if q_offset is None else q_offset
-    want = loop_weights(m, q, k, causal, off, 0.5)
+    want = loop_weights(m, q, k, causal, off, 0.5, normalize)
     w = attention_weights(q, k, encoding=m, causal=causal, q_offset=q_offset)
     torch.testing.assert_close(w, want, rtol=1e-12, atol=1e-12)
     out = attention(q, k, v, encoding=m, causal=causal, q_offset=q_offset)
@@ -139,8 +170,41 @@ def test_matches_explicit_loop(causal, q_len, k_len, q_offset):
     torch.testing.assert_close(m(q, k, v, causal=causal, q_offset=q_offset), out)
 
 
-def test_rows_normalised():
+@pytest.mark.parametrize("normalize", NORMALIZE)
+def test_finite_bias_and_masked_keys_match_loop(normalize):
+    m = make(normalize=normalize)
+    q, k, v = (torch.randn(1, 3, 4, 3, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(4, 4, dtype=torch.float64)
+    bias[:, 1] = -math.inf
+    want = loop_weights(m, q, k, True, 0, 3**-0.5, normalize, bias=bias.tolist())
+    w = attention_weights(q, k, encoding=m, bias=bias, causal=True)
+    torch.testing.assert_close(w, want, rtol=1e-12, atol=1e-12)
+    assert torch.all(w[..., 1] == 0)
+
+
+def test_softmax_rows_sum_to_one_and_keep_non_positive_scores():
+    """The paper's softmax: a key whose score is <= 0 still gets weight, and rows sum to 1."""
     m = make()
+    q = torch.randn(2, 3, 6, 8, dtype=torch.float64)
+    k = torch.randn(2, 3, 9, 8, dtype=torch.float64)
+    w = attention_weights(q, k, encoding=m)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, 6, dtype=torch.float64))
+    non_positive = (q @ k.transpose(-1, -2)) <= 0
+    assert non_positive.any() and torch.all(w[non_positive] > 0)
+
+
+def test_softmax_all_negative_row_is_uniform():
+    """Every score <= 0: every logit is ReLU(.) * R^ = 0, so the softmax is uniform."""
+    m = make()
+    q = torch.randn(1, 3, 2, 4, dtype=torch.float64)
+    k = torch.randn(1, 3, 5, 4, dtype=torch.float64).abs()
+    q[..., 0, :] = -1.0
+    w = attention_weights(q, k, encoding=m)
+    torch.testing.assert_close(w[..., 0, :], torch.full((1, 3, 5), 0.2, dtype=torch.float64))
+
+
+def test_row_sum_rows_normalised():
+    m = make(normalize="row_sum")
     q = torch.randn(2, 3, 6, 8, dtype=torch.float64)
     k = torch.randn(2, 3, 9, 8, dtype=torch.float64)
     w = attention_weights(q, k, encoding=m, causal=True)
@@ -152,8 +216,8 @@ def test_rows_normalised():
     assert not no_positive.all()
 
 
-def test_all_zero_row_gives_zero_output_without_nan():
-    m = make()
+def test_row_sum_all_zero_row_gives_zero_output_without_nan():
+    m = make(normalize="row_sum")
     q = torch.randn(1, 3, 2, 4, dtype=torch.float64)
     k = torch.randn(1, 3, 5, 4, dtype=torch.float64)
     k = k.abs()
@@ -166,17 +230,36 @@ def test_all_zero_row_gives_zero_output_without_nan():
     assert torch.isfinite(v.grad).all()
 
 
-def test_distance_zero_and_w_zero_give_plain_relu_attention():
-    m = DAAttention(2).double()  # w = 0: every coefficient is f(0) = 1
+@pytest.mark.parametrize("normalize", NORMALIZE)
+def test_fully_masked_row_is_zero_without_nan(normalize):
+    m = make(normalize=normalize)
+    q = torch.randn(1, 3, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 3, 5, 4, dtype=torch.float64)
+    v = torch.randn(1, 3, 5, 2, dtype=torch.float64)
+    keep = torch.ones(3, 5, dtype=torch.bool)
+    keep[1] = False  # query 1 sees no key
+    out = attention(q, k, v, encoding=m, bias=keep)
+    assert torch.all(out[..., 1, :] == 0) and torch.isfinite(out).all()
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("normalize", NORMALIZE)
+def test_distance_zero_and_w_zero_give_plain_relu_attention(normalize):
+    m = DAAttention(2, normalize=normalize).double()  # w = 0: every coefficient is f(0) = 1
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
     a = torch.relu(q @ k.transpose(-1, -2))
-    total = a.sum(-1, keepdim=True)
-    want = torch.where(total > 0, a / total, 0.0) @ v
+    if normalize == "softmax":
+        want = torch.softmax(a / math.sqrt(3), -1) @ v
+    else:
+        total = a.sum(-1, keepdim=True)
+        want = torch.where(total > 0, a / total, 0.0) @ v
     torch.testing.assert_close(attention(q, k, v, encoding=m), want, rtol=1e-12, atol=1e-12)
 
 
-def test_masking_bias_is_respected():
-    m = make()
+@pytest.mark.parametrize("normalize", NORMALIZE)
+def test_masking_bias_is_respected(normalize):
+    m = make(normalize=normalize)
     q, k, v = (torch.randn(1, 3, 4, 3, dtype=torch.float64) for _ in range(3))
     bias = torch.zeros(4, 4, dtype=torch.float64)
     bias[:, 1] = -math.inf
@@ -185,11 +268,12 @@ def test_masking_bias_is_respected():
     torch.testing.assert_close(w, attention_weights(q, k, encoding=m, bias=bias != -math.inf))
 
 
-def test_gradcheck_w_and_v():
+@pytest.mark.parametrize("normalize", NORMALIZE)
+def test_gradcheck_w_and_v(normalize):
     q = torch.randn(1, 2, 3, 4, dtype=torch.float64)
     k = torch.randn(1, 2, 5, 4, dtype=torch.float64)
     val = torch.randn(1, 2, 5, 2, dtype=torch.float64)
-    m = DAAttention(2).double()
+    m = DAAttention(2, normalize=normalize).double()
 
     def f(w, v):
         return torch.func.functional_call(m, {"w": w, "v": v}, (q, k, val), {"causal": True})
@@ -201,9 +285,10 @@ def test_gradcheck_w_and_v():
     assert torch.autograd.gradcheck(learnable_sigmoid, (x, v0[:1].detach().requires_grad_()))
 
 
+@pytest.mark.parametrize("normalize", NORMALIZE)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_low_precision_inputs(dtype):
-    m = make()
+def test_low_precision_inputs(normalize, dtype):
+    m = make(normalize=normalize)
     q, k, v = (torch.randn(1, 3, 5, 4, dtype=torch.float64) for _ in range(3))
     want = attention(q, k, v, encoding=m, causal=True)
     got = attention(q.to(dtype), k.to(dtype), v.to(dtype), encoding=m, causal=True)
@@ -217,5 +302,7 @@ def test_validation():
         DAAttention(0)
     with pytest.raises(ValueError, match="w_init must be finite"):
         DAAttention(2, w_init=math.inf)
+    with pytest.raises(ValueError, match="normalize must be one of 'softmax', 'row_sum'"):
+        DAAttention(2, normalize="relu")
     with pytest.raises(ValueError, match="q must have shape"):
         attention(*(torch.randn(1, 2, 4, 3) for _ in range(3)), encoding=DAAttention(3))
