@@ -14,6 +14,8 @@ module                 what lives there
                        tables, ``apply_rope``, the cached module
 ``scaling``            RoPE context-extension scalings (PI, NTK, YaRN, Llama 3.1)
 ``convert``            checkpoint conversion between RoPE layouts
+``multidim``           grid positions: the 2-D (N-D) sin-cos table of ViT/MAE/DETR
+                       and axial RoPE for image patches (Heo et al., 2024)
 ``alibi``              ALiBi slopes and biases (Press et al., 2022)
 ``t5``                 T5 relative-position buckets (Raffel et al., 2020)
 ``shaw``               relative position representations (Shaw et al., 2018)
@@ -34,6 +36,7 @@ from .alibi import *  # noqa: F403
 from .convert import *  # noqa: F403
 from .da_transformer import *  # noqa: F403
 from .learned import *  # noqa: F403
+from .multidim import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .scaling import *  # noqa: F403
 from .scheme import *  # noqa: F403
