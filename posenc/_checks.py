@@ -15,6 +15,12 @@ import torch
 
 __all__: list[str] = []  # private module
 
+# Largest |position| accepted anywhere positions enter attention.  Beyond 2**31
+# the float64 angle p * w of RoPE carries an error above float32 roundoff
+# (2**31 * 2**-53 ~ 2.4e-7 rad), and differences of positions could not
+# overflow int64 for any value below it.  No model has such contexts.
+MAX_POSITION = 2**31
+
 
 def check_int(name: str, value, *, minimum: int | None = None) -> int:
     """Return ``value`` as an ``int``; reject bools, floats and values below ``minimum``."""
@@ -102,3 +108,74 @@ def as_positions(name: str, value, *, device=None) -> torch.Tensor:
         if isinstance(item, bool) or not isinstance(item, numbers.Integral):
             raise TypeError(f"{name} must hold integers, got {item!r}")
     return torch.tensor(items, dtype=torch.int64, device=device)
+
+
+def check_float_dtype(name: str, dtype) -> torch.dtype:
+    """Return ``dtype`` if it is a floating-point ``torch.dtype``."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
+def check_heads(owner: str, q, num_heads: int, *, head_dim: int | None = None) -> None:
+    """Raise unless ``q`` is ``(..., num_heads, q_len, head_dim)``; ``owner`` names the scheme."""
+    dim = "d" if head_dim is None else f"head_dim={head_dim}"
+    if (
+        q.dim() < 3
+        or q.shape[-3] != num_heads
+        or (head_dim is not None and q.shape[-1] != head_dim)
+    ):
+        raise ValueError(
+            f"{owner} needs q of shape (..., num_heads={num_heads}, q_len, {dim}), "
+            f"got shape {tuple(q.shape)}"
+        )
+
+
+def check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:
+    """Return the position of the first query among the keys (default ``k_len - q_len``).
+
+    With ``causal=True`` the offset must be >= 0 (else the first query sees no
+    key).  Every query position ``q_offset .. q_offset + q_len - 1`` must lie
+    strictly within ``MAX_POSITION`` of 0.
+    """
+    if q_offset is None:
+        q_offset = k_len - q_len
+        if causal and q_offset < 0:
+            raise ValueError(
+                f"a causal mask needs q_len <= k_len when q_offset is not given "
+                f"(queries align with the last keys), got q_len={q_len}, k_len={k_len}"
+            )
+    else:
+        q_offset = check_int("q_offset", q_offset)
+        if causal and q_offset < 0:
+            raise ValueError(f"q_offset must be >= 0 with causal=True, got {q_offset}")
+    if q_offset <= -MAX_POSITION or q_offset + q_len > MAX_POSITION:
+        raise ValueError(
+            f"q_offset must keep every query position q_offset .. q_offset + q_len - 1 strictly "
+            f"within 2**31 = {MAX_POSITION} of 0, got q_offset={q_offset} with q_len={q_len}"
+        )
+    return q_offset
+
+
+def has_values(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read on the host right now.
+
+    False under ``torch.compile``/``torch.export`` tracing, inside functorch
+    transforms (vmap, grad, jvp) and for meta or fake tensors: checks that read
+    values step aside there instead of breaking the graph.
+    """
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
+        return False
+    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+def check_position_values(name: str, positions: torch.Tensor) -> None:
+    """Raise if a position lies ``MAX_POSITION`` or more from 0 (when values are readable)."""
+    if positions.numel() and has_values(positions):
+        if bool(((positions >= MAX_POSITION) | (positions <= -MAX_POSITION)).any()):
+            raise ValueError(
+                f"{name} must lie strictly within 2**31 = {MAX_POSITION} of 0, got values from "
+                f"{int(positions.min())} to {int(positions.max())}"
+            )

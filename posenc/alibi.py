@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_int
-from .scheme import PositionalScheme, _check_offset
+from ._checks import check_float_dtype, check_heads, check_int, check_offset
+from .scheme import PositionalScheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
 
@@ -61,9 +61,14 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 def _bias_from_positions(slopes, q_positions, k_positions, dtype):
-    """``-slope * |q - k|`` as ``(heads, q_len, k_len)``, computed in float64 and cast once."""
+    """``-slope * |q - k|`` as ``(..., heads, q_len, k_len)``, computed in float64 and cast once.
+
+    Positions ``(q_len,)``/``(k_len,)`` give ``(heads, q_len, k_len)``; per-sample
+    positions ``(batch, len)`` give ``(batch, heads, q_len, k_len)``.
+    """
     # Negate the integer distance, not the product, so the diagonal is +0.0 rather than -0.0.
-    neg_distance = (-(q_positions[:, None] - k_positions[None, :]).abs()).to(torch.float64)
+    distance = (q_positions[..., :, None] - k_positions[..., None, :]).abs()
+    neg_distance = (-distance).to(torch.float64).unsqueeze(-3)
     slopes = slopes.to(device=neg_distance.device)
     return (slopes[:, None, None] * neg_distance).to(dtype)
 
@@ -118,9 +123,8 @@ def alibi_bias(
     k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=1)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    q_offset = _check_offset(q_len, k_len, q_offset, causal=causal)
+    dtype = check_float_dtype("dtype", dtype)
+    q_offset = check_offset(q_len, k_len, q_offset, causal=causal)
     k_positions = torch.arange(k_len, device=device)
     if causal:
         # The distance to the last key, -m (k_len - 1 - j): one row, shared by all queries.
@@ -134,9 +138,11 @@ class ALiBi(PositionalScheme):
     """ALiBi as a :class:`~posenc.scheme.PositionalScheme` for :func:`posenc.attention`.
 
     Adds ``-m_h * |query - key|`` (positions as given by ``attention``, so a
-    ``q_offset`` or KV cache is handled) to the scaled scores of head ``h``.
-    Queries must have shape ``(..., num_heads, q_len, d)``: the bias
-    ``(num_heads, q_len, k_len)`` broadcasts over the leading dimensions.
+    ``q_offset``, a KV cache or the per-sample positions of a left-padded
+    batch are handled) to the scaled scores of head ``h``.  Queries must have
+    shape ``(..., num_heads, q_len, d)``; keys may have fewer heads
+    (grouped-query attention).  The bias is ``(num_heads, q_len, k_len)``, or
+    ``(batch, num_heads, q_len, k_len)`` for per-sample positions.
 
     ``materializes_bias = True``: the bias is a dense ``(num_heads, q_len,
     k_len)`` tensor, O(n^2) per head.  PyTorch's SDPA has no built-in ALiBi,
@@ -158,11 +164,7 @@ class ALiBi(PositionalScheme):
         self.slopes = alibi_slopes(self.num_heads)
 
     def bias(self, q, k, q_positions, k_positions, scale):
-        if q.dim() < 3 or q.shape[-3] != self.num_heads:
-            raise ValueError(
-                f"ALiBi({self.num_heads}) needs q of shape (..., num_heads={self.num_heads}, "
-                f"q_len, d), got shape {tuple(q.shape)}"
-            )
+        check_heads(f"ALiBi({self.num_heads})", q, self.num_heads)
         return _bias_from_positions(self.slopes, q_positions, k_positions, q.dtype)
 
     def __repr__(self) -> str:

@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_float, check_floating, check_int
-from .scheme import PositionalScheme, attention, causal_mask, query_key_positions
+from ._checks import check_choice, check_float, check_floating, check_heads, check_int
+from .scheme import PositionalScheme, attention, dot_scores, merge_masks, repeat_kv, softmax_weights
 
 __all__ = ["learnable_sigmoid", "DAAttention"]
 
@@ -97,11 +97,13 @@ class DAAttention(nn.Module, PositionalScheme):
     Notes
     -----
     Queries sit at ``q_offset + i`` and keys at ``j`` (see
-    :mod:`posenc.scheme`); the distance is ``|q_offset + i - j|``.  Masked
-    entries (causal mask, ``-inf`` or ``False`` in ``bias``) get weight zero.
-    A finite additive ``bias`` is added to the logits ``ReLU(scale * q.k) * R^``
-    with ``normalize="softmax"`` (as every scheme adds a bias to its logits),
-    and to the scaled scores before the ReLU with ``normalize="row_sum"``.
+    :mod:`posenc.scheme`); the distance is ``|q_offset + i - j|``, or
+    ``|p - s|`` for explicit (per-sample) positions.  Keys and values may have
+    fewer heads than queries (grouped-query attention).  Masked entries
+    (causal mask, ``False`` or ``-inf`` in ``mask`` or ``bias``) get weight zero.
+    A finite additive mask or bias is added to the logits ``ReLU(scale * q.k) *
+    R^`` with ``normalize="softmax"`` (as every scheme adds a bias to its
+    logits), and to the scaled scores before the ReLU with ``normalize="row_sum"``.
     A query that sees no key (every key masked, or, with ``"row_sum"``, no
     positive score) gets zero weights and a zero output, never NaN.
     Half-precision inputs are computed in float32 and rounded once.
@@ -130,69 +132,83 @@ class DAAttention(nn.Module, PositionalScheme):
 
         Integer tensors ``(q_len,)`` and ``(k_len,)``; returns
         ``(num_heads, q_len, k_len)`` in ``dtype`` (float32 at least).
+        Per-sample positions ``(batch, len)`` give ``(batch, num_heads, q_len, k_len)``.
         """
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        dist = (q_positions[:, None] - k_positions[None, :]).abs().to(work)
+        dist = (q_positions[..., :, None] - k_positions[..., None, :]).abs().to(work)
         w = self.w.to(work)[:, None, None]
         v = self.v.to(work)[:, None, None]
-        return learnable_sigmoid(w * dist, v).to(dtype)
+        return learnable_sigmoid(w * dist.unsqueeze(-3), v).to(dtype)
 
-    def weights(self, q, k, *, bias, causal, q_offset, scale):
-        """Attention weights ``(..., q_len, k_len)``, per :attr:`normalize`."""
-        w = self._weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+    def weights(self, q, k, *, mask, causal, q_offset, q_positions, k_positions, scale):
+        """Attention weights ``(batch, num_heads, q_len, k_len)``, per :attr:`normalize`."""
+        w = self._weights(q, k, mask, causal, q_offset, q_positions, k_positions, scale)
         return w.to(q.dtype)
 
-    def _weights(self, q, k, *, bias, causal, q_offset, scale):
+    def _weights(self, q, k, mask, causal, q_offset, q_positions, k_positions, scale):
         """The weights in float32 at least (float64 for float64 inputs)."""
-        if q.dim() < 3 or q.shape[-3] != self.num_heads:
-            raise ValueError(
-                f"q must have shape (..., num_heads={self.num_heads}, q_len, head_dim), "
-                f"got {tuple(q.shape)}"
-            )
-        work = torch.promote_types(q.dtype, torch.float32)
-        q, k = q.to(work), k.to(work)
-        q_positions, k_positions = query_key_positions(q, k, q_offset)
-        coef = self.coefficients(q_positions, k_positions, work)
-        scores = scale * (q @ k.transpose(-1, -2))
-        keep, additive = None, None
-        if bias is not None:
-            if bias.dtype == torch.bool:
-                keep = bias
-            else:
-                keep = bias != float("-inf")
-                additive = torch.where(keep, bias, 0).to(work)
-        if causal:
-            mask = causal_mask(q.shape[-2], k.shape[-2], q_offset, device=q.device)
-            keep = mask if keep is None else keep & mask
-        if self.normalize == "row_sum":
-            if additive is not None:
-                scores = scores + additive
-            a = torch.relu(scores) * coef
-            if keep is not None:
-                a = a.masked_fill(~keep, 0.0)
-            total = a.sum(-1, keepdim=True)
-            # an all-zero row attends to nothing: divide by 1 there instead of 0
-            return a / torch.where(total > 0, total, torch.ones_like(total))
-        logits = torch.relu(scores) * coef
-        if additive is not None:
-            logits = logits + additive
-        if keep is None:
-            return torch.softmax(logits, dim=-1)
-        keep = keep.expand(logits.shape)
-        seen = keep.any(-1, keepdim=True)
-        # a row with no visible key: softmax over zeros (finite), then zeroed
-        logits = logits.masked_fill(~keep, float("-inf")).masked_fill(~seen, 0.0)
-        return torch.softmax(logits, dim=-1) * seen
+        check_heads(f"DAAttention({self.num_heads})", q, self.num_heads)
+        scores = dot_scores(q, k, scale)  # float32 at least; k repeated for grouped heads
+        coef = self.coefficients(q_positions, k_positions, scores.dtype)
+        if self.normalize == "softmax":  # the paper: the mask applies to the logits
+            logits = torch.relu(scores) * coef
+            return softmax_weights(logits, mask=mask, causal=causal, q_offset=q_offset)
+        m = merge_masks(
+            mask,
+            None,
+            causal=causal,
+            q_offset=q_offset,
+            q_len=scores.shape[-2],
+            k_len=scores.shape[-1],
+            dtype=scores.dtype,
+            device=scores.device,
+        )
+        a = torch.relu(scores) * coef
+        if m.mask is not None:
+            if m.mask.dtype == torch.bool:
+                keep = m.mask
+            else:  # a finite additive term enters before the ReLU, -inf removes the key
+                keep = m.mask != float("-inf")
+                a = torch.relu(scores + torch.where(keep, m.mask, 0.0)) * coef
+            a = a.masked_fill(~keep, 0.0)
+        if m.seen is not None:
+            a = torch.where(m.seen, a, 0.0)
+        total = a.sum(-1, keepdim=True)
+        # an all-zero row attends to nothing: divide by 1 there instead of 0
+        return a / torch.where(total > 0, total, torch.ones_like(total))
 
-    def attend(self, q, k, v, *, bias, causal, q_offset, scale):
-        """Distance-aware attention: ``weights @ v``, shape ``(..., q_len, d_v)``."""
-        w = self._weights(q, k, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
-        return (w @ v.to(w.dtype)).to(v.dtype)
+    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
+        """Distance-aware attention: ``weights @ v``, shape ``(batch, num_heads, q_len, d_v)``."""
+        w = self._weights(q, k, mask, causal, q_offset, q_positions, k_positions, scale)
+        return (w @ repeat_kv(v, q.shape[-3]).to(w.dtype)).to(v.dtype)
 
-    def forward(self, q, k, v, *, bias=None, causal=False, q_offset=None, scale=None):
+    def forward(
+        self,
+        q,
+        k,
+        v,
+        *,
+        mask=None,
+        bias=None,
+        causal=False,
+        q_offset=None,
+        q_positions=None,
+        k_positions=None,
+        scale=None,
+    ):
         """Same as ``posenc.attention(q, k, v, encoding=self, ...)``."""
         return attention(
-            q, k, v, encoding=self, bias=bias, causal=causal, q_offset=q_offset, scale=scale
+            q,
+            k,
+            v,
+            encoding=self,
+            mask=mask,
+            bias=bias,
+            causal=causal,
+            q_offset=q_offset,
+            q_positions=q_positions,
+            k_positions=k_positions,
+            scale=scale,
         )
 
     def extra_repr(self) -> str:

@@ -20,15 +20,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_int
-from .scheme import PositionalScheme, _check_offset, causal_mask, query_key_positions
+from ._checks import check_int, check_offset
+from .scheme import PositionalScheme, dot_scores, repeat_kv, softmax_weights
 
 __all__ = ["shaw_relative_indices", "ShawRelativeAttention"]
 
 
 def _labels(q_positions, k_positions, max_distance):
-    """``clip(key - query, -k, k) + k``: an int64 ``(q_len, k_len)`` table in ``[0, 2k]``."""
-    rel = k_positions[None, :] - q_positions[:, None]
+    """``clip(key - query, -k, k) + k``: an int64 ``(..., q_len, k_len)`` table in ``[0, 2k]``."""
+    rel = k_positions[..., None, :] - q_positions[..., :, None]
     return rel.clamp(-max_distance, max_distance) + max_distance
 
 
@@ -63,7 +63,7 @@ def shaw_relative_indices(
     q_len = check_int("q_len", q_len, minimum=0)
     k_len = check_int("k_len", k_len, minimum=0)
     max_distance = check_int("max_distance", max_distance, minimum=0)
-    q_offset = _check_offset(q_len, k_len, q_offset, causal=False)
+    q_offset = check_offset(q_len, k_len, q_offset, causal=False)
     q_positions = torch.arange(q_len, device=device) + q_offset
     return _labels(q_positions, torch.arange(k_len, device=device), max_distance)
 
@@ -78,13 +78,16 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
 
     Use it as ``posenc.attention(q, k, v, encoding=shaw, causal=...)`` with
     ``q (..., q_len, head_dim)``, ``k (..., k_len, head_dim)`` and
-    ``v (..., k_len, head_dim)`` (the value term needs ``d_v = head_dim``).
+    ``v (..., k_len, head_dim)`` (the value term needs ``d_v = head_dim``);
+    ``k`` and ``v`` may have fewer heads than ``q`` (grouped-query attention),
+    and per-sample positions ``(batch, len)`` give per-sample labels.
     ``scale`` (default ``1/sqrt(head_dim)``) multiplies both score terms.
 
     With ``values=True`` the scheme overrides ``attend`` (softmax computed
     explicitly, since SDPA cannot return the weights the value term needs);
     with ``values=False`` only the key term remains and it enters PyTorch's
-    SDPA as an additive bias.  Either way the ``(..., q_len, k_len)`` scores
+    SDPA as an additive bias.  Masks go through the shared helpers of
+    :mod:`posenc.scheme` either way.  Either way the ``(..., q_len, k_len)`` scores
     are materialised (``materializes_bias = True``); the ``(q_len, k_len,
     head_dim)`` relative tensors are not (see the module docstring).
 
@@ -139,9 +142,12 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
             )
 
     def _key_term(self, q, q_positions, k_positions):
-        """``q_i . a^K_ij`` as ``(..., q_len, k_len)``: one small matmul, then a gather by label."""
-        labels = _labels(q_positions, k_positions, self.max_distance)
-        per_label = q @ self.key_embeddings.to(q.dtype).T  # (..., q_len, 2k+1)
+        """``q_i . a^K_ij`` as ``(batch, heads, q_len, k_len)``: a small matmul, then a gather.
+
+        Also returns the labels, expanded to the same shape.
+        """
+        labels = _labels(q_positions, k_positions, self.max_distance).unsqueeze(-3)
+        per_label = q @ self.key_embeddings.to(q.dtype).T  # (batch, heads, q_len, 2k+1)
         labels = labels.expand(*per_label.shape[:-1], labels.shape[-1])
         return torch.gather(per_label, -1, labels), labels
 
@@ -149,41 +155,36 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
         self._check(q)
         return scale * self._key_term(q, q_positions, k_positions)[0]
 
-    def attend(self, q, k, v, *, bias, causal, q_offset, scale):
+    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
         self._check(q, v)
         if self.value_embeddings is None:
-            return super().attend(q, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale)
+            return super().attend(
+                q,
+                k,
+                v,
+                mask=mask,
+                causal=causal,
+                q_offset=q_offset,
+                q_positions=q_positions,
+                k_positions=k_positions,
+                scale=scale,
+            )
         out_dtype = q.dtype
         # Softmax in float32 at least; half-precision inputs are promoted, then cast back.
-        dtype = torch.promote_types(q.dtype, torch.float32)
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        q_positions, k_positions = query_key_positions(q, k, q_offset)
+        work = torch.promote_types(q.dtype, torch.float32)
+        q = q.to(work)
         key_term, labels = self._key_term(q, q_positions, k_positions)
-        scores = scale * (q @ k.transpose(-2, -1) + key_term)
-        if bias is not None:
-            if bias.dtype == torch.bool:
-                scores = scores.masked_fill(~bias, float("-inf"))
-            else:
-                scores = scores + bias.to(dtype)
-        if causal:
-            keep = causal_mask(q.shape[-2], k.shape[-2], q_offset, device=q.device)
-            scores = scores.masked_fill(~keep, float("-inf"))
-        alpha = torch.softmax(scores, dim=-1)
+        logits = dot_scores(q, k, scale) + scale * key_term
+        alpha = softmax_weights(logits, mask=mask, causal=causal, q_offset=q_offset)
         # Sum alpha_ij into its label's bin: (..., q_len, 2k+1), then one matmul with A^V.
-        labels = labels.expand(alpha.shape)
         bins = alpha.new_zeros(*alpha.shape[:-1], self.key_embeddings.shape[0])
         bins = bins.scatter_add(-1, labels, alpha)
-        out = alpha @ v + bins @ self.value_embeddings.to(dtype)
+        v = repeat_kv(v, q.shape[-3]).to(work)
+        out = alpha @ v + bins @ self.value_embeddings.to(work)
         return out.to(out_dtype)
 
-    def weights(self, q, k, *, bias, causal, q_offset, scale):
-        # The value term shifts the output, not alpha: the key-term path (bias hook + SDPA)
-        # on identity values gives alpha whatever ``values`` is.
-        self._check(q)
-        eye = torch.eye(k.shape[-2], dtype=q.dtype, device=q.device)
-        return PositionalScheme.attend(
-            self, q, k, eye, bias=bias, causal=causal, q_offset=q_offset, scale=scale
-        )
+    # weights: the default (bias hook, explicit softmax) is alpha, whatever ``values`` is;
+    # the value term shifts the output, not the weights.
 
     def extra_repr(self) -> str:
         return (

@@ -24,8 +24,8 @@ import math
 import torch
 from torch import nn
 
-from ._checks import as_positions, check_int, check_tensor
-from .scheme import PositionalScheme, _check_offset
+from ._checks import as_positions, check_heads, check_int, check_offset, check_tensor
+from .scheme import PositionalScheme
 
 __all__ = ["t5_relative_bucket", "T5RelativeBias"]
 
@@ -155,11 +155,15 @@ class T5RelativeBias(nn.Module, PositionalScheme):
         nn.init.normal_(self.weight, std=init_std)
 
     def buckets(self, q_positions, k_positions) -> torch.Tensor:
-        """Bucket table ``(q_len, k_len)`` for integer query and key positions."""
+        """Bucket table ``(q_len, k_len)`` for integer query and key positions.
+
+        Positions ``(q_len,)`` and ``(k_len,)``; per-sample positions ``(batch,
+        q_len)`` and ``(batch, k_len)`` give ``(batch, q_len, k_len)``.
+        """
         q_positions = as_positions("q_positions", q_positions, device=self.weight.device)
         k_positions = as_positions("k_positions", k_positions, device=self.weight.device)
         return t5_relative_bucket(
-            k_positions[None, :] - q_positions[:, None],
+            k_positions[..., None, :] - q_positions[..., :, None],
             bidirectional=self.bidirectional,
             num_buckets=self.num_buckets,
             max_distance=self.max_distance,
@@ -175,24 +179,23 @@ class T5RelativeBias(nn.Module, PositionalScheme):
         """
         q_len = check_int("q_len", q_len, minimum=1)
         k_len = q_len if k_len is None else check_int("k_len", k_len, minimum=1)
-        q_offset = _check_offset(q_len, k_len, q_offset, causal=False)
+        q_offset = check_offset(q_len, k_len, q_offset, causal=False)
         device = self.weight.device
         return self.bias_from_positions(
             torch.arange(q_len, device=device) + q_offset, torch.arange(k_len, device=device)
         )
 
     def bias_from_positions(self, q_positions, k_positions) -> torch.Tensor:
-        """Bias ``(num_heads, q_len, k_len)`` for explicit integer positions."""
-        # Embedding lookup gives (q_len, k_len, heads); heads go first to broadcast over batch.
-        return self.weight[self.buckets(q_positions, k_positions)].permute(2, 0, 1)
+        """Bias ``(num_heads, q_len, k_len)`` for explicit integer positions.
+
+        Per-sample positions ``(batch, len)`` give ``(batch, num_heads, q_len, k_len)``.
+        """
+        # Embedding lookup gives (..., q_len, k_len, heads); heads move before (q_len, k_len).
+        return self.weight[self.buckets(q_positions, k_positions)].movedim(-1, -3)
 
     def bias(self, q, k, q_positions, k_positions, scale):
         check_tensor("q", q)
-        if q.dim() < 3 or q.shape[-3] != self.num_heads:
-            raise ValueError(
-                f"T5RelativeBias({self.num_heads}) needs q of shape (..., num_heads="
-                f"{self.num_heads}, q_len, d), got shape {tuple(q.shape)}"
-            )
+        check_heads(f"T5RelativeBias({self.num_heads})", q, self.num_heads)
         return self.bias_from_positions(q_positions, k_positions)
 
     def extra_repr(self) -> str:

@@ -11,10 +11,17 @@ learned per-head vectors ``u`` and ``v``::
                 + v   . W_{k,R} R_{i-j}     (d) global position bias
 
 The fast form groups them as ``(q_i + u) . k_j`` for (a)+(c) and
-``(q_i + v) . W_{k,R} R_{i-j}`` for (b)+(d).  The second product is first
-computed against the table of distances in *descending* order (one row per
-distance, not per pair), then moved into ``(i, j)`` indexing by
-:func:`rel_shift`, a pad-and-reshape that needs no gather.
+``(q_i + v) . W_{k,R} R_{i-j}`` for (b)+(d).  The paper computes the second
+product against the table of distances in *descending* order (one row per
+distance, not per pair), then moves it into ``(i, j)`` indexing with
+:func:`rel_shift`, a pad-and-reshape that needs no gather
+(:meth:`TransformerXLScheme.position_scores`).  That trick needs consecutive
+positions.  Through :func:`posenc.attention` the scheme uses angle addition
+instead: ``sin((p - s) w)`` and ``cos((p - s) w)`` split into products of
+functions of ``p`` and of ``s``, so (b)+(d) is one matmul of a query-side
+``(q_len, d_model)`` factor with a key-side ``(k_len, d_model)`` one, for any
+positions (per-sample positions of a left-padded batch, a KV cache at any
+offset) and with no table that grows with the offset.
 
 Distances here are ``query - key`` (the paper's ``i - j``, non-negative under a
 causal mask), unlike the ``key - query`` used for relative positions elsewhere
@@ -29,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_even, check_float, check_floating, check_int
-from .scheme import PositionalScheme, attention, scaled_dot_product
-from .sinusoidal import sinusoidal_table
+from ._checks import check_even, check_float, check_floating, check_heads, check_int, check_tensor
+from .scheme import PositionalScheme, attention, dot_scores, scaled_dot_product, softmax_weights
+from .sinusoidal import sinusoidal_inv_freq
 
 __all__ = ["rel_shift", "relative_sinusoids", "TransformerXLScheme", "TransformerXLAttention"]
 
@@ -73,23 +80,20 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 def relative_sinusoids(
     distances: torch.Tensor, dim: int, *, base: float = 10000.0, dtype=torch.float32
 ) -> torch.Tensor:
-    """Sinusoidal embeddings ``[sin(d w), cos(d w)]`` of integer distances ``d``, ``(n, dim)``.
+    """Sinusoidal embeddings ``[sin(d w), cos(d w)]`` of integer distances ``d``, ``(..., dim)``.
 
-    Rows of :func:`posenc.sinusoidal_table` with ``layout="concat"``; a
-    negative distance uses ``sin(-a) = -sin(a)``, so the table is only built for
-    ``0 .. max|d|``.  ``distances`` is an integer tensor ``(n,)``; the result is
-    on its device.
+    Rows of :func:`posenc.sinusoidal_table` with the ``[sin block, cos block]``
+    layout, at any integer (also negative) distance: angles are evaluated in
+    float64, directly from the distances, and rounded once to ``dtype``.
+    ``distances`` is an integer tensor of any shape; the result is on its device.
     """
     dim = check_even("dim", dim)
-    if distances.is_floating_point():
+    distances = check_tensor("distances", distances)
+    if distances.is_floating_point() or distances.is_complex():
         raise TypeError(f"distances must hold integers, got dtype {distances.dtype}")
-    size = int(distances.abs().max()) + 1 if distances.numel() else 0
-    table = sinusoidal_table(
-        size, dim, base=base, layout="concat", dtype=dtype, device=distances.device
-    )
-    rows = table[distances.abs()]
-    sign = torch.where(distances < 0, -1.0, 1.0).to(dtype)[:, None]
-    return torch.cat([rows[:, : dim // 2] * sign, rows[:, dim // 2 :]], dim=-1)
+    inv_freq = sinusoidal_inv_freq(dim, base=base, device=distances.device)
+    angles = distances.to(torch.float64)[..., None] * inv_freq
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)
 
 
 class TransformerXLScheme(nn.Module, PositionalScheme):
@@ -97,9 +101,11 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
 
     Holds the per-head biases ``u`` and ``v`` and the projection ``W_{k,R}`` of
     the sinusoid.  Through :func:`posenc.attention` it shifts the queries by
-    ``u`` (term (c)) and adds ``scale * rel_shift((q + v) (W_{k,R} R)^T)``
-    (terms (b) and (d)) to the scores; the content term (a) is the ordinary
-    ``q k^T``.  It materialises an O(q_len * k_len) bias.
+    ``u`` (term (c)) and adds ``scale * (q + v) . W_{k,R} R_{p-s}`` (terms (b)
+    and (d), by :meth:`position_logits`) to the scores; the content term (a)
+    is the ordinary ``q k^T``.  It materialises an O(q_len * k_len) bias.
+    Keys and values may have fewer heads than the queries (grouped-query
+    attention), and positions may be per sample.
 
     Parameters
     ----------
@@ -113,10 +119,10 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
 
     Notes
     -----
-    Distances are ``query - key`` with queries at ``q_offset + i`` and keys at
-    ``j``.  For a causal mask only distances ``>= 0`` are embedded (the paper's
-    setting); without one, negative distances use the same sinusoid, as in
-    XLNet's bidirectional variant.
+    Distances are ``query - key``, by default with queries at ``q_offset + i``
+    and keys at ``j``.  Under a causal mask only distances ``>= 0`` reach the
+    softmax (the paper's setting); without one, negative distances use the same
+    sinusoid, as in XLNet's bidirectional variant.
     """
 
     materializes_bias = True
@@ -135,11 +141,7 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
         nn.init.normal_(self.v, std=0.02)
 
     def _check(self, q):
-        if q.dim() < 3 or q.shape[-3] != self.num_heads or q.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"q must have shape (..., num_heads={self.num_heads}, q_len, "
-                f"head_dim={self.head_dim}), got {tuple(q.shape)}"
-            )
+        check_heads("TransformerXLScheme", q, self.num_heads, head_dim=self.head_dim)
 
     def projected_sinusoids(self, distances: torch.Tensor, dtype) -> torch.Tensor:
         """``W_{k,R} R_d`` for integer distances ``(n,)``: shape ``(num_heads, n, head_dim)``."""
@@ -151,13 +153,16 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
     def position_scores(self, qv, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
         """Unscaled ``(q + v) . W_{k,R} R_{i-j}`` in (i, j) indexing, ``(..., q_len, k_len)``.
 
-        ``qv`` is ``q + v``, shape ``(..., num_heads, q_len, head_dim)``.  The
-        products are taken against ``D`` distances in descending order, from
-        the largest (last query, key 0) down, and :func:`rel_shift` puts them in
-        place: ``D = q_offset + q_len`` under a causal mask (down to distance 0;
-        the paper's ``k_len`` when queries align with the last keys), otherwise
-        ``q_len + k_len - 1`` (down to the smallest, negative, distance).
-        Entries a causal mask removes are unspecified.
+        The paper's form, with :func:`rel_shift`, for keys at ``0 .. k_len-1``
+        and queries at ``q_offset + i``.  ``qv`` is ``q + v``, shape
+        ``(..., num_heads, q_len, head_dim)``.  The products are taken against
+        ``D`` distances in descending order, from the largest (last query, key
+        0) down, and :func:`rel_shift` puts them in place: ``D = q_offset +
+        q_len`` under a causal mask (down to distance 0; the paper's ``k_len``
+        when queries align with the last keys), otherwise ``q_len + k_len - 1``
+        (down to the smallest, negative, distance).  Entries a causal mask
+        removes are unspecified.  :meth:`position_logits` gives the same values
+        for any positions.
         """
         q_len = qv.shape[-2]
         top = q_offset + q_len - 1  # distance of the last query to key 0
@@ -170,16 +175,49 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
         # keys beyond the last query are all masked: pad with zeros
         return F.pad(shifted, (0, k_len - count))
 
-    def attend(self, q, k, v, *, bias, causal, q_offset, scale):
-        """Transformer-XL scores ``scale * ((q + u) k^T + rel_shift((q + v) (W_R R)^T))``."""
+    def position_logits(self, qv, q_positions, k_positions) -> torch.Tensor:
+        """Unscaled ``(q + v) . W_{k,R} R_{p-s}`` for queries at ``p`` and keys at ``s``.
+
+        ``qv`` is ``q + v``, ``(batch, num_heads, q_len, head_dim)``; positions
+        are integers ``(len,)`` or ``(batch, len)``.  With ``c = (q + v)
+        W_{k,R}`` split into its sine and cosine halves ``c_s``, ``c_c``,
+        angle addition gives ``sum_f cos(s w_f) (c_s sin(p w_f) + c_c cos(p w_f))
+        + sin(s w_f) (c_c sin(p w_f) - c_s cos(p w_f))``: one matmul, exact for
+        any positions.  Returns ``(batch, num_heads, q_len, k_len)`` in float32
+        (float64 for float64 input).
+        """
+        work = torch.float64 if qv.dtype == torch.float64 else torch.float32
+        half = self.d_model // 2
+        w_r = self.w_kr.weight.to(work).view(self.num_heads, self.head_dim, self.d_model)
+        c = torch.einsum("bhqd,hdm->bhqm", qv.to(work), w_r)
+        c_sin, c_cos = c[..., :half], c[..., half:]
+        inv_freq = sinusoidal_inv_freq(self.d_model, base=self.base, device=qv.device)
+        pq = q_positions.to(torch.float64)[..., None] * inv_freq  # (..., q_len, half)
+        pk = k_positions.to(torch.float64)[..., None] * inv_freq
+        sin_q, cos_q = pq.sin().to(work).unsqueeze(-3), pq.cos().to(work).unsqueeze(-3)
+        sin_k, cos_k = pk.sin().to(work).unsqueeze(-3), pk.cos().to(work).unsqueeze(-3)
+        query_side = torch.cat([c_sin * sin_q + c_cos * cos_q, c_cos * sin_q - c_sin * cos_q], -1)
+        key_side = torch.cat([cos_k, sin_k], -1)  # (1 or batch, 1, k_len, d_model)
+        return query_side @ key_side.transpose(-1, -2)
+
+    def _shifted(self, q, q_positions, k_positions, scale):
+        """``(q + u, scale * position logits)``: what both hooks feed to the shared helpers."""
         self._check(q)
         u = self.u.to(q.dtype)[:, None, :]
         vb = self.v.to(q.dtype)[:, None, :]
-        pos = scale * self.position_scores(q + vb, k.shape[-2], q_offset, causal)
-        bias = pos if bias is None else bias + pos
+        return q + u, scale * self.position_logits(q + vb, q_positions, k_positions)
+
+    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
+        """Transformer-XL: ``softmax(scale * ((q + u) k^T + (q + v) . W_R R_{p-s})) v``."""
+        qu, pos = self._shifted(q, q_positions, k_positions, scale)
         return scaled_dot_product(
-            q + u, k, v, bias=bias, causal=causal, q_offset=q_offset, scale=scale
+            qu, k, v, mask=mask, bias=pos, causal=causal, q_offset=q_offset, scale=scale
         )
+
+    def weights(self, q, k, *, mask, causal, q_offset, q_positions, k_positions, scale):
+        qu, pos = self._shifted(q, q_positions, k_positions, scale)
+        logits = dot_scores(qu, k, scale) + pos
+        return softmax_weights(logits, mask=mask, causal=causal, q_offset=q_offset).to(q.dtype)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, d_model={self.d_model}"

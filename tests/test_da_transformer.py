@@ -304,5 +304,5 @@ def test_validation():
         DAAttention(2, w_init=math.inf)
     with pytest.raises(ValueError, match="normalize must be one of 'softmax', 'row_sum'"):
         DAAttention(2, normalize="relu")
-    with pytest.raises(ValueError, match="q must have shape"):
+    with pytest.raises(ValueError, match=r"DAAttention\(3\) needs q of shape \(..., num_heads=3"):
         attention(*(torch.randn(1, 2, 4, 3) for _ in range(3)), encoding=DAAttention(3))

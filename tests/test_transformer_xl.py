@@ -293,7 +293,7 @@ def test_forward_validation():
         m(torch.randn(2, 0, 8, dtype=torch.float64))
     with pytest.raises(ValueError, match="mems must have shape"):
         m(torch.randn(2, 4, 8, dtype=torch.float64), torch.randn(3, 2, 8, dtype=torch.float64))
-    with pytest.raises(ValueError, match="q must have shape"):
+    with pytest.raises(ValueError, match="TransformerXLScheme needs q of shape"):
         attention(*(torch.randn(1, 3, 4, 3) for _ in range(3)), encoding=m.scheme.float())
     with pytest.raises(ValueError, match="num_heads must be a positive integer"):
         TransformerXLScheme(0, 4)
