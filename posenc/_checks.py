@@ -164,7 +164,7 @@ def has_values(t: torch.Tensor) -> bool:
     transforms (vmap, grad, jvp) and for meta or fake tensors: checks that read
     values step aside there instead of breaking the graph.
     """
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
         return False
     if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
         return False
