@@ -94,77 +94,115 @@ def make(d_model=8, heads=2, head_dim=3, **kw):
     return m
 
 
-def explicit_logits(m, x, mems):
-    """Scaled four-term logits from the paper's formula, one (i, j) pair at a time."""
+# --- an independent reference: the paper's four terms with Python floats ----------------------
+
+
+def sinusoid(distance, d_model):
+    """R_d = [sin(d w_t) for t] + [cos(d w_t) for t], w_t = 10000^(-2t/d_model)."""
+    w = [10000.0 ** (-2 * t / d_model) for t in range(d_model // 2)]
+    return [math.sin(distance * f) for f in w] + [math.cos(distance * f) for f in w]
+
+
+def matvec(rows, vec):
+    return [sum(a * b for a, b in zip(row, vec, strict=True)) for row in rows]
+
+
+def dot(a, b):
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def paper_terms(m, x, mems):
+    """Terms (a)-(d) of Dai et al. (2019), eq. 3, from x, [mems; x] and the raw parameters.
+
+    Query i (row i of x) sits at position m + i, key j (row j of [mems; x]) at j, distance
+    m + i - j.  Per head h: (a) q_i.k_j, (b) q_i.(W_R R)_h, (c) u_h.k_j, (d) v_h.(W_R R)_h,
+    with q_i = W_q x_i, k_j = W_kE [mems; x]_j, everything in Python floats, no torch ops.
+    """
     ctx = x if mems is None else torch.cat([mems, x], 1)
-    H, dh, d_model = m.num_heads, m.head_dim, m.d_model
-    q = (x @ m.w_q.weight.T).view(*x.shape[:2], H, dh)
-    k = (ctx @ m.w_ke.weight.T).view(*ctx.shape[:2], H, dh)
-    u, v, w_r = m.scheme.u, m.scheme.v, m.scheme.w_kr.weight
-    q_len, k_len, off = x.shape[1], ctx.shape[1], ctx.shape[1] - x.shape[1]
-    out = torch.zeros(x.shape[0], H, q_len, k_len, dtype=torch.float64)
-    for i in range(q_len):
-        for j in range(k_len):
-            dist = off + i - j
-            r = torch.tensor(
-                [math.sin(dist * 10000.0 ** (-2 * t / d_model)) for t in range(d_model // 2)]
-                + [math.cos(dist * 10000.0 ** (-2 * t / d_model)) for t in range(d_model // 2)],
-                dtype=torch.float64,
-            )
-            rk = (w_r @ r).view(H, dh)
-            s = ((q[:, i] + u) * k[:, j]).sum(-1) + ((q[:, i] + v) * rk).sum(-1)
-            out[:, :, i, j] = s / math.sqrt(dh)
+    heads, dh, d_model = m.num_heads, m.head_dim, m.d_model
+    w_q, w_k = m.w_q.weight.tolist(), m.w_ke.weight.tolist()
+    w_r = m.scheme.w_kr.weight.tolist()
+    u, v = m.scheme.u.tolist(), m.scheme.v.tolist()
+    batch, q_len, k_len = x.shape[0], x.shape[1], ctx.shape[1]
+    off = k_len - q_len
+    terms = torch.zeros(4, batch, heads, q_len, k_len, dtype=torch.float64)
+    for b in range(batch):
+        qs = [matvec(w_q, x[b, i].tolist()) for i in range(q_len)]
+        ks = [matvec(w_k, ctx[b, j].tolist()) for j in range(k_len)]
+        for i in range(q_len):
+            for j in range(k_len):
+                rk = matvec(w_r, sinusoid(off + i - j, d_model))
+                for h in range(heads):
+                    cut = slice(h * dh, (h + 1) * dh)
+                    q_i, k_j, r_h = qs[i][cut], ks[j][cut], rk[cut]
+                    terms[0, b, h, i, j] = dot(q_i, k_j)
+                    terms[1, b, h, i, j] = dot(q_i, r_h)
+                    terms[2, b, h, i, j] = dot(u[h], k_j)
+                    terms[3, b, h, i, j] = dot(v[h], r_h)
+    return terms
+
+
+def paper_forward(m, x, mems):
+    """Causal softmax of (a+b+c+d)/sqrt(head_dim) over [mems; x], values and output by loops."""
+    ctx = x if mems is None else torch.cat([mems, x], 1)
+    logits = paper_terms(m, x, mems).sum(0) / math.sqrt(m.head_dim)
+    batch, q_len, k_len, dh = x.shape[0], x.shape[1], ctx.shape[1], m.head_dim
+    w_v, w_o = m.w_v.weight.tolist(), m.w_o.weight.tolist()
+    out = torch.zeros(batch, q_len, m.d_model, dtype=torch.float64)
+    for b in range(batch):
+        vals = [matvec(w_v, ctx[b, j].tolist()) for j in range(k_len)]
+        for i in range(q_len):
+            heads_out = []
+            for h in range(m.num_heads):
+                row = [float(logits[b, h, i, j]) for j in range(k_len - q_len + i + 1)]
+                top = max(row)
+                e = [math.exp(r - top) for r in row]
+                total = sum(e)
+                heads_out += [
+                    sum(e[j] / total * vals[j][h * dh + c] for j in range(len(row)))
+                    for c in range(dh)
+                ]
+            out[b, i] = torch.tensor(matvec(w_o, heads_out), dtype=torch.float64)
     return out
 
 
-def explicit_forward(m, x, mems):
-    ctx = x if mems is None else torch.cat([mems, x], 1)
-    logits = explicit_logits(m, x, mems)
-    q_len, k_len = x.shape[1], ctx.shape[1]
-    keep = torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + k_len - q_len
-    w = torch.softmax(logits.masked_fill(~keep, -math.inf), -1)
-    val = (ctx @ m.w_v.weight.T).view(*ctx.shape[:2], m.num_heads, m.head_dim).transpose(1, 2)
-    out = (w @ val).transpose(1, 2).reshape(x.shape[0], q_len, -1)
-    return out @ m.w_o.weight.T
-
-
 @pytest.mark.parametrize("mem", [0, 3])
-def test_forward_matches_explicit_formula(mem):
+def test_forward_matches_the_papers_formula(mem):
     m = make()
     x = torch.randn(2, 4, 8, dtype=torch.float64)
     mems = torch.randn(2, mem, 8, dtype=torch.float64) if mem else None
     out, _ = m(x, mems)
-    torch.testing.assert_close(out, explicit_forward(m, x, mems), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, paper_forward(m, x, mems), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("mem", [0, 2])
-def test_four_terms_sum_to_fast_form(mem):
+def test_score_terms_are_the_papers_four_terms(mem):
     m = make()
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     mems = torch.randn(2, mem, 8, dtype=torch.float64) if mem else None
-    a, b, c, d = m.score_terms(x, mems)
+    want = paper_terms(m, x, mems)
+    got = m.score_terms(x, mems)
+    for name, g, w in zip("abcd", got, want, strict=True):
+        assert g.shape == (2, 2, 5, 5 + mem), name
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12, msg=f"term ({name})")
+
+
+@pytest.mark.parametrize("mem", [0, 2])
+def test_both_fast_forms_of_the_position_terms(mem):
+    """(b)+(d) by the paper's rel_shift and by angle addition equal the loop on kept entries."""
+    m = make()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    mems = torch.randn(2, mem, 8, dtype=torch.float64) if mem else None
+    terms = paper_terms(m, x, mems)
     k_len = 5 + mem
-    assert a.shape == b.shape == c.shape == d.shape == (2, 2, 5, k_len)
     keep = torch.arange(k_len)[None, :] <= torch.arange(5)[:, None] + mem
-    logits = (a + b + c + d) / math.sqrt(m.head_dim)
-    torch.testing.assert_close(
-        logits[..., keep], explicit_logits(m, x, mems)[..., keep], rtol=1e-12, atol=1e-12
-    )
-    # the fast form: (a)+(c) as (q+u)k^T, (b)+(d) as rel_shift((q+v)(W_R R)^T)
-    q, k, _ = m.project(x, mems)
-    u, v = m.scheme.u[:, None, :], m.scheme.v[:, None, :]
-    ac = (q + u) @ k.transpose(-1, -2)
-    bd = m.scheme.position_scores(q + v, k_len, mem, causal=True)
-    torch.testing.assert_close((a + c)[..., keep], ac[..., keep], rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close((b + d)[..., keep], bd[..., keep], rtol=1e-12, atol=1e-12)
-    # and each term on its own means what it says
-    torch.testing.assert_close(a, q @ k.transpose(-1, -2), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(c, (u @ k.transpose(-1, -2)).expand_as(c), rtol=1e-12, atol=1e-12)
-    assert torch.allclose(d[0], d[1])  # (d) does not depend on content
-    # (d) depends on i - j only
-    for i in range(1, 5):
-        for j in range(1, k_len):
-            torch.testing.assert_close(d[..., i, j], d[..., i - 1, j - 1])
+    q, _, _ = m.project(x, mems)
+    qv = q + m.scheme.v[:, None, :]
+    shifted = m.scheme.position_scores(qv, k_len, mem, causal=True)
+    direct = m.scheme.position_logits(qv, torch.arange(5) + mem, torch.arange(k_len))
+    want = terms[1] + terms[3]
+    torch.testing.assert_close(shifted[..., keep], want[..., keep], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(direct, want, rtol=1e-12, atol=1e-12)  # every entry, any sign
 
 
 def test_memory_equals_rows_of_attention_over_the_concatenation():
@@ -219,23 +257,37 @@ def test_gradcheck_all_parameters():
 # --- the scheme through posenc.attention ------------------------------------------------------
 
 
-def scheme_reference(s, q, k, v, causal, q_offset):
-    """The four-term logits with distance q_offset + i - j, from the formula, in a loop."""
-    H, q_len, k_len, dh = q.shape[-3], q.shape[-2], k.shape[-2], q.shape[-1]
-    logits = torch.zeros(*q.shape[:-1], k_len, dtype=torch.float64)
-    for i in range(q_len):
-        for j in range(k_len):
-            dist = q_offset + i - j
-            r = relative_sinusoids(torch.tensor([dist]), s.d_model, dtype=torch.float64)[0]
-            rk = (s.w_kr.weight @ r).view(H, dh)
-            logits[..., i, j] = ((q[..., i, :] + s.u) * k[..., j, :]).sum(-1) + (
-                (q[..., i, :] + s.v) * rk
-            ).sum(-1)
-    logits = logits / math.sqrt(dh)
-    if causal:
-        keep = torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + q_offset
-        logits = logits.masked_fill(~keep, -math.inf)
-    return torch.softmax(logits, -1) @ v
+def scheme_reference(s, q, k, v, causal, q_offset, q_positions=None, k_positions=None):
+    """Softmax of the four-term logits at distance p - s, Python floats, one (b, h, i, j) at a time.
+
+    ``q`` ``(batch, heads, q_len, dh)``; ``k``, ``v`` may have fewer heads (query head h
+    uses key head h // (heads // kv_heads)).  Positions default to ``q_offset + i`` and ``j``;
+    per-sample positions are lists of lists.  Rows with no visible key are zero.
+    """
+    batch, heads, q_len, dh = q.shape
+    kv_heads, k_len = k.shape[1], k.shape[2]
+    w_r, u, vb = s.w_kr.weight.tolist(), s.u.tolist(), s.v.tolist()
+    out = torch.zeros(batch, heads, q_len, v.shape[-1], dtype=torch.float64)
+    for b in range(batch):
+        qp = [q_offset + i for i in range(q_len)] if q_positions is None else q_positions[b]
+        kp = list(range(k_len)) if k_positions is None else k_positions[b]
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            for i in range(q_len):
+                row = []
+                for j in range(k_len):
+                    if causal and j > q_offset + i:
+                        continue
+                    rk = matvec(w_r, sinusoid(qp[i] - kp[j], s.d_model))[h * dh : (h + 1) * dh]
+                    q_i, k_j = q[b, h, i].tolist(), k[b, g, j].tolist()
+                    score = dot([a + c for a, c in zip(q_i, u[h], strict=True)], k_j)
+                    score += dot([a + c for a, c in zip(q_i, vb[h], strict=True)], rk)
+                    row.append((j, score / math.sqrt(dh)))
+                top = max(r for _, r in row)
+                total = sum(math.exp(r - top) for _, r in row)
+                for j, r in row:
+                    out[b, h, i] += math.exp(r - top) / total * v[b, g, j]
+    return out
 
 
 @pytest.mark.parametrize(
@@ -254,6 +306,36 @@ def test_scheme_through_attention(causal, q_len, k_len, q_offset):
     off = k_len - q_len if q_offset is None else q_offset
     want = scheme_reference(s, q, k, v, causal, off)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_scheme_with_per_sample_positions_and_grouped_heads():
+    s = TransformerXLScheme(4, 3, d_model=6).double()
+    with torch.no_grad():
+        s.u.normal_()
+        s.v.normal_()
+    q = torch.randn(2, 4, 3, 3, dtype=torch.float64)
+    k = torch.randn(2, 2, 5, 3, dtype=torch.float64)
+    v = torch.randn(2, 2, 5, 2, dtype=torch.float64)
+    k_pos = [[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]  # the second sample is left-padded by two
+    q_pos = [row[2:] for row in k_pos]
+    got = attention(q, k, v, encoding=s, causal=True, k_positions=torch.tensor(k_pos))
+    want = scheme_reference(s, q, k, v, True, 2, q_positions=q_pos, k_positions=k_pos)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_large_offset_builds_no_table_that_grows_with_it():
+    """One decoding step at position 10**6: angle addition needs no 10**6-row table."""
+    s = TransformerXLScheme(2, 3, d_model=6).double()
+    q = torch.randn(1, 2, 1, 3, dtype=torch.float64)
+    k = torch.randn(1, 2, 3, 3, dtype=torch.float64)
+    v = torch.randn(1, 2, 3, 2, dtype=torch.float64)
+    pos = [[10**6, 10**6 + 1, 10**6 + 2]]
+    got = attention(q, k, v, encoding=s, k_positions=torch.tensor(pos))
+    want = scheme_reference(s, q, k, v, False, 2, q_positions=[pos[0][2:]], k_positions=pos)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    # the same relative layout at positions 0, 1, 2: only distances matter
+    near = attention(q, k, v, encoding=s)
+    torch.testing.assert_close(got, near, rtol=1e-9, atol=1e-9)
 
 
 def test_scheme_float32_close_to_float64():
