@@ -13,7 +13,10 @@ is what PyTorch itself does for every allocation when started with
 ``THP_MEM_ALLOC_ENABLE=1``; we apply it only to the large outputs posenc
 writes.  The advice is only a hint: on other platforms, on GPUs, with THP
 disabled or if the call fails, :func:`empty` is plain :func:`torch.empty`.
-Values are never affected.
+Values are never affected.  Under ``torch.compile``/``torch.export`` tracing
+and for fake or meta tensors there is no memory to advise, so :func:`empty`
+is plain :func:`torch.empty` there too (``benchmarks/bench_rope.py`` measures
+what the advice saves).
 """
 
 from __future__ import annotations
@@ -69,6 +72,10 @@ def advise_huge_pages(t: torch.Tensor) -> torch.Tensor:
 def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     """``torch.empty(shape)`` for an output about to be written in full.
 
-    Large CPU outputs get the huge-page hint (see the module docstring).
+    Large CPU outputs get the huge-page hint (see the module docstring); traced,
+    fake and meta tensors do not.
     """
-    return advise_huge_pages(torch.empty(*shape, dtype=dtype, device=device))
+    t = torch.empty(*shape, dtype=dtype, device=device)
+    if torch.compiler.is_compiling() or type(t) is not torch.Tensor:
+        return t
+    return advise_huge_pages(t)

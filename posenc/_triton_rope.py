@@ -43,7 +43,9 @@ def _kernel():
         cos_ptr,
         sin_ptr,
         n_rows,
-        table_rows,
+        seq,
+        group_rows,
+        n_tables,
         x_row_stride,
         out_row_stride,
         h,
@@ -62,7 +64,10 @@ def _kernel():
         else:
             ia = j
             ib = j + h
-        t = (rows % table_rows) * h + j  # a table row per position (shared across heads)
+        # row r of x is position r % seq of flattened batch entry r // seq, which
+        # uses table (r // group_rows) % n_tables: shared tables are not copied per head
+        r64 = rows.to(tl.int64)
+        t = (((r64 // group_rows) % n_tables) * seq + r64 % seq) * h + j
         c = tl.load(cos_ptr + t, mask=mask, other=0.0)
         s = tl.load(sin_ptr + t, mask=mask, other=0.0)
         xr = x_ptr + rows.to(tl.int64) * x_row_stride
@@ -92,9 +97,13 @@ def rotate(x, cos, sin, layout, r, out):
     """Rotate the first ``r`` features of ``x`` into ``out`` (contiguous, like ``x``).
 
     ``cos``/``sin`` are float32/float64 tables ``(..., seq, r // 2)`` broadcastable
-    against ``x.shape[:-1]``.  Features ``r:`` must already be in ``out``.
+    against ``x.shape[:-1]``: shared ``(seq, r // 2)``, per batch item
+    ``(batch, 1, ..., seq, r // 2)``, or any other broadcast (then expanded).
+    Features ``r:`` must already be in ``out``.
     """
     import triton
+
+    from .rope import _table_batches
 
     seq, dim, h = x.shape[-2], x.shape[-1], r // 2
     x2 = x.reshape(-1, dim)
@@ -102,11 +111,7 @@ def rotate(x, cos, sin, layout, r, out):
         x2 = x2.contiguous()
     out2 = out.view(-1, dim)
     n_rows = x2.shape[0]
-    if cos.dim() > 2 and any(s != 1 for s in cos.shape[:-2]):  # per-batch positions
-        cos = cos.expand(*x.shape[:-1], h).reshape(-1, h)
-        sin = sin.expand(*x.shape[:-1], h).reshape(-1, h)
-    else:
-        cos, sin = cos.reshape(seq, h), sin.reshape(seq, h)
+    cos, sin, group = _table_batches(cos, sin, x.shape[:-2])
     cos, sin = cos.contiguous(), sin.contiguous()
     block_h = triton.next_power_of_2(h)
     rows = max(1, min(64, 4096 // block_h))
@@ -117,6 +122,8 @@ def rotate(x, cos, sin, layout, r, out):
         cos,
         sin,
         n_rows,
+        seq,
+        group * seq,
         cos.shape[0],
         x2.stride(0),
         out2.stride(0),

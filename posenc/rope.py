@@ -8,8 +8,14 @@ score sees only the relative position ``n - m`` (key minus query).
 
 Conventions
 -----------
-* ``x`` has shape ``(..., seq, dim)``; positions are integers ``(seq,)`` or
-  broadcastable ``(..., seq)``, by default ``0 .. seq-1``.
+* ``x`` has shape ``(..., seq, dim)``, usually ``(batch, heads, seq, dim)``.
+  Positions are integers, by default ``0 .. seq-1``, in one of three forms:
+  ``(seq,)``, shared by every row of ``x``; ``(batch, seq)`` with
+  ``batch = x.shape[0]`` (or 1), one row per batch item and shared by its
+  heads (the ``position_ids`` of transformers, e.g. a left-padded batch); or
+  one position per row of ``x``, shape ``x.shape[:-1]`` (size-1 dimensions
+  broadcast).  Anything else is refused, so a ``(batch, seq)`` tensor is never
+  read as ``(heads, seq)``.
 * Rotation direction: the pair ``(a, b)`` at angle ``t`` becomes
   ``(a cos t - b sin t, a sin t + b cos t)``, i.e. ``a + ib`` times ``e^{it}``
   (counter-clockwise, as in RoFormer's equation 14).
@@ -23,19 +29,48 @@ Conventions
   angle addition (:mod:`posenc._angles`), never in bf16/fp16.  The rotation of
   a bf16/fp16 tensor runs in float32 and is rounded once, so the output is
   within 2x the bf16 rounding floor of the exact result at any position.
+  Positions must lie strictly within ``2**31`` of 0 (beyond, the float64 angle
+  ``p * omega`` errs by more than float32 roundoff); others raise
+  ``ValueError``, or, where values cannot be read (``torch.compile``), give
+  NaN instead of a silently wrong rotation.
 * A :class:`posenc.RopeScaling` changes the frequencies; its
   ``attention_factor`` (YaRN's temperature) is folded into the cos/sin tables,
   so the rotated tensor is ``attention_factor * R_p x``.
+* Length-dependent scalings (dynamic NTK, longrope) take the context length
+  to be ``max(positions) + 1`` over the whole call (all batch items, queries
+  and keys together), as transformers does with ``max(position_ids) + 1``.
+
+Compile and transforms
+----------------------
+Every function here traces under ``torch.compile(fullgraph=True)`` and
+``torch.export``, runs under ``vmap``, ``grad`` and forward-mode AD
+(``torch.func.jvp``, ``torch.autograd.forward_ad``) and on meta tensors.  The
+eager fast paths (one-pass complex multiply, cache-sized chunks, Triton,
+huge-page outputs, the cached table) read tensor values or write in place, so
+they step aside there and the plain differentiable form runs instead.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import nn
 
 from . import _memory
 from ._angles import compute_dtype, cos_sin
-from ._checks import as_positions, check_choice, check_even, check_float, check_floating, check_int
+from ._checks import (
+    MAX_POSITION,
+    as_positions,
+    check_choice,
+    check_even,
+    check_float,
+    check_floating,
+    check_int,
+    check_position_values,
+    has_values,
+)
 from .scaling import RopeScaling
 from .scheme import PositionalScheme
 from .sinusoidal import sinusoidal_inv_freq
@@ -68,7 +103,8 @@ def rope_frequencies(
     scaling
         Optional :class:`posenc.RopeScaling`.
     seq_len
-        Current context length; used by dynamic NTK only.
+        Current context length; used by length-dependent scalings only
+        (dynamic NTK, longrope).
 
     Returns
     -------
@@ -99,10 +135,11 @@ def rope_cos_sin(
     Parameters
     ----------
     positions
-        Integer positions: a tensor, a ``range`` or a sequence of ints.  A
-        contiguous run (a ``range`` with step 1, or a 1-D CPU tensor that is
-        one) takes the fast exact angle-addition path; anything else is
-        evaluated in float64.
+        Integer positions of any shape: a tensor, a ``range`` or a sequence of
+        ints, each strictly within ``2**31`` of 0.  A contiguous run (a
+        ``range`` with step 1, or a 1-D CPU tensor that is one) takes the fast
+        exact angle-addition path; anything else is evaluated in float64, at a
+        cost that does not depend on how large the positions are.
     dim
         Number of rotated features (even).
     base, scaling
@@ -115,23 +152,20 @@ def rope_cos_sin(
         Device of the tables; defaults to the positions' device (CPU for
         ranges and lists).
     seq_len
-        Context length seen by dynamic NTK; defaults to ``max(positions) + 1``.
+        Context length seen by length-dependent scalings; defaults to
+        ``max(positions) + 1``.
     """
     dim = check_even("dim", dim)
+    base = check_float("base", base, positive=True)
     scaling = _check_scaling(scaling)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    if seq_len is not None:
+        seq_len = check_int("seq_len", seq_len, minimum=0)
     start, count, pos = _split_positions(positions, device)
     if device is None:
         device = pos.device if pos is not None else torch.device("cpu")
-    if seq_len is None and scaling is not None and scaling.kind == "dynamic_ntk":
-        seq_len = start + count if pos is None else int(pos.max()) + 1 if pos.numel() else 0
-    omega = rope_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len).to(device)
-    work = compute_dtype(dtype)
-    cos, sin = cos_sin(pos, omega, num_positions=count, start=start, dtype=work)
-    if scaling is not None and scaling.attention_factor != 1.0:
-        cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
-    return cos.to(dtype), sin.to(dtype)
+    return _tables(start, count, pos, dim, base, scaling, dtype, device, seq_len)
 
 
 def apply_rope(
@@ -149,10 +183,14 @@ def apply_rope(
     Parameters
     ----------
     x
-        Queries or keys, ``(..., seq, dim)``, any floating dtype and device.
+        Queries or keys ``(..., seq, dim)``, usually ``(batch, heads, seq, dim)``;
+        any floating dtype and device.
     positions
-        Integer positions ``(seq,)`` or broadcastable ``(..., seq)``; default
-        ``0 .. seq-1``.  Float positions raise ``TypeError``.
+        Integer positions (default ``0 .. seq-1``): ``(seq,)`` shared by all
+        rows; ``(batch, seq)`` with ``batch`` equal to ``x.shape[0]`` or 1, one
+        row per batch item (shared by its heads); or ``x.shape[:-1]`` with
+        size-1 dimensions broadcasting.  Other shapes raise ``ValueError``,
+        float positions ``TypeError``.
     base
         Frequency base.
     layout
@@ -165,11 +203,14 @@ def apply_rope(
         use ``r``.  Defaults to ``dim``.
     scaling
         Optional :class:`posenc.RopeScaling`; its ``attention_factor`` scales
-        the rotated features (YaRN).
+        the rotated features (YaRN).  A length-dependent scaling (dynamic NTK)
+        uses the length ``max(positions) + 1``: every row is rotated with the
+        frequencies of the full pass (see :class:`RotaryEmbedding` for
+        decoding with a cache).
     out
         Optional preallocated contiguous output with the shape, dtype and
         device of ``x`` (may be ``x`` itself).  Not allowed when ``x`` needs
-        gradients.
+        gradients or inside ``vmap``/``grad``/``jvp``.
 
     Returns
     -------
@@ -184,7 +225,7 @@ def apply_rope(
             range(seq), rotary_dim, base=base, scaling=scaling, dtype=work, device=x.device
         )
     else:
-        pos = _check_positions(positions, x)
+        pos = _batched_positions("positions", positions, x)
         cos, sin = rope_cos_sin(
             pos, rotary_dim, base=base, scaling=scaling, dtype=work, device=x.device
         )
@@ -196,20 +237,47 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
 
     ``module(x, positions=None)`` equals :func:`apply_rope` with the module's
     settings.  Used as ``posenc.attention(q, k, v, encoding=module)`` it
-    rotates queries at ``q_offset .. q_offset+q_len-1`` and keys at
-    ``0 .. k_len-1`` (KV-cache alignment, see :mod:`posenc.attention`) and
-    never builds an O(q_len * k_len) bias.
+    rotates queries and keys at their positions (:meth:`rotate`) and never
+    builds an O(q_len * k_len) bias.  For decoding, :class:`posenc.KVCache`
+    rotates each key once, when it is added, and caches it rotated.
 
     The cache
     ---------
-    * It is a plain attribute, not a buffer: ``module.to(torch.bfloat16)``
-      cannot round it, and the frequencies stay float64 (RoPE has no
-      parameters, so there is nothing else to cast).
+    * A table of cos/sin over positions ``0 .. L-1``, kept as a plain
+      attribute, not a buffer: ``module.to(torch.bfloat16)`` cannot round it,
+      and the frequencies stay float64 (RoPE has no parameters).
     * It holds float32 tables (float64 for float64 inputs) on the device of
-      the last input; a new device or precision rebuilds it ("re-keying").
-    * It regrows (doubling) when a position beyond its length is requested,
-      so there is no maximum sequence length.  With dynamic NTK the table
-      depends on the current length and is rebuilt when that changes.
+      the last input; a new device or precision rebuilds it.
+    * It grows (doubling) to cover a call whose largest position is less than
+      twice the table, the initial ``max_positions`` or the number of
+      positions in the call; so step-by-step decoding and a long prefill grow
+      it, in amortised O(1) per position.  Positions beyond that (one step at
+      position 3,000,000, a chunk at a large offset), negative positions and
+      every call where the frequencies depend on the length are computed
+      directly in float64: the cost of a call never depends on how large its
+      positions are, and the table never spans positions nobody asked for.
+    * Under ``torch.compile``/``torch.export``, functorch transforms and on
+      meta tensors the table is neither read nor written (that would need
+      tensor values on the host); tables are computed directly.
+
+    Dynamic NTK (and longrope)
+    --------------------------
+    Their frequencies depend on the context length ``L = max(positions) + 1``
+    of the call, taken over queries and keys and over every batch item (as
+    transformers does with ``max(position_ids) + 1``):
+
+    * a full pass (``module(x)``, ``attention(..., encoding=module)``) rotates
+      every position with the frequencies of ``L``;
+    * cached decoding through :class:`posenc.KVCache` rotates the new keys and
+      queries of each step with the frequencies of that step's ``L`` and keeps
+      the keys as rotated then.  This is what transformers' ``generate`` does
+      (``dynamic_rope_update`` recomputes ``inv_freq`` from
+      ``max(position_ids) + 1`` and the cache holds rotated keys), so past
+      ``original_max_positions`` a decoded sequence differs from a full pass
+      over the same tokens.  posenc keeps no state between calls: where
+      transformers keeps the largest length seen until the length drops
+      below ``original_max_positions``, posenc uses the current one; the two
+      agree whenever lengths do not decrease, as within one ``generate``.
 
     Parameters
     ----------
@@ -218,7 +286,7 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
     base, layout, rotary_dim, scaling
         As in :func:`apply_rope`.
     max_positions
-        Initial cache length (a hint; the cache grows as needed).
+        Initial table length (a hint; the table grows as needed).
     """
 
     materializes_bias = False
@@ -242,85 +310,120 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
         # float64 frequencies as a plain attribute: immune to module.to(dtype)
         self.inv_freq = rope_frequencies(self.rotary_dim, base=self.base, scaling=self.scaling)
-        self._cache = None  # (cos, sin, freq_len); cos/sin (length, rotary_dim // 2)
+        self._cache = None  # (cos, sin), each (length, rotary_dim // 2)
 
     def forward(self, x: torch.Tensor, positions=None, *, out=None) -> torch.Tensor:
-        """Rotate ``x`` ``(..., seq, dim)`` at ``positions`` (default ``0 .. seq-1``)."""
+        """Rotate ``x`` ``(..., seq, dim)`` at ``positions`` (forms as in :func:`apply_rope`)."""
         x, _ = _check_x(x, self.layout, self.rotary_dim)
         if x.shape[-1] != self.dim:
             raise ValueError(f"x must have last dimension dim={self.dim}, got {x.shape[-1]}")
         if positions is not None:
-            positions = _check_positions(positions, x)
+            positions = _batched_positions("positions", positions, x)
         cos, sin = self.cos_sin(x.shape[-2] if positions is None else positions, x)
         return _rotate(x, cos, sin, self.layout, self.rotary_dim, out)
 
     def rotate(self, q, k, q_positions, k_positions):
-        """:class:`posenc.PositionalScheme` hook: rotate ``q`` and ``k`` at their positions."""
-        if q.shape[-1] != self.dim:
-            raise ValueError(f"q and k must have last dimension dim={self.dim}, got {q.shape[-1]}")
-        # one table for both, so that q and k share the frequencies (dynamic NTK)
-        n = max(int(q_positions.max()), int(k_positions.max())) + 1
-        low = min(int(q_positions.min()), int(k_positions.min()))
-        cq, sq = self.cos_sin(q_positions, q, length=n, lowest=low)
-        ck, sk = self.cos_sin(k_positions, k, length=n, lowest=low)
+        """:class:`posenc.PositionalScheme` hook: rotate ``q`` and ``k`` at their positions.
+
+        ``q`` is ``(batch, heads, q_len, dim)`` and ``k`` is ``(batch, kv_heads,
+        k_len, dim)`` (any ``kv_heads``, e.g. a divisor of ``heads``); the
+        positions are integer tensors ``(len,)`` or ``(batch, len)``, or of
+        shape ``q.shape[:-1]``/``k.shape[:-1]``.  Returns the rotated ``(q, k)``.
+        Reads no tensor value on the host when traced.
+        """
+        q = check_floating("q", q, min_dim=2)
+        k = check_floating("k", k, min_dim=2)
+        for name, t in (("q", q), ("k", k)):
+            if t.shape[-1] != self.dim:
+                raise ValueError(
+                    f"{name} must have last dimension dim={self.dim}, got {t.shape[-1]}"
+                )
+        qp = _batched_positions("q_positions", q_positions, q)
+        kp = _batched_positions("k_positions", k_positions, k)
+        length = None
+        if _depends_on_length(self.scaling):
+            # one length for both, so that q and k share the frequencies
+            length = _context_length(torch.cat((qp.flatten(), kp.flatten())))
+        cq, sq = self.cos_sin(qp, q, length=length)
+        ck, sk = self.cos_sin(kp, k, length=length)
         return (
             _rotate(q, cq, sq, self.layout, self.rotary_dim, None),
             _rotate(k, ck, sk, self.layout, self.rotary_dim, None),
         )
 
-    def cos_sin(self, positions, like: torch.Tensor, *, length=None, lowest=None):
-        """Tables ``(..., seq, rotary_dim // 2)`` for ``like``'s device, in float32 or float64.
+    def cos_sin(self, positions, like: torch.Tensor, *, length=None):
+        """Tables ``(*positions.shape, rotary_dim // 2)`` for ``like``'s device, float32 or float64.
 
-        ``positions`` is an integer tensor or a count ``seq`` (meaning ``0 .. seq-1``).
-        ``length`` (default ``max(positions) + 1``) is the context length used
-        for the cache size and for dynamic NTK.
+        ``positions`` is an integer tensor, or a count ``seq`` meaning
+        ``0 .. seq-1``.  ``length`` is the context length seen by a
+        length-dependent scaling (an int, or a 0-d tensor when traced);
+        default ``max(positions) + 1``.
         """
         work = compute_dtype(like.dtype)
+        device = like.device
         if isinstance(positions, int):
-            n, lowest = positions, 0
+            count, pos = positions, None
         else:
-            n = length if length is not None else int(positions.max()) + 1
-            lowest = lowest if lowest is not None else int(positions.min())
-        if lowest < 0:  # outside any cache: evaluate directly in float64
-            return rope_cos_sin(
-                positions,
-                self.rotary_dim,
-                base=self.base,
-                scaling=self.scaling,
-                dtype=work,
-                device=like.device,
-                seq_len=n,
+            count, pos = None, as_positions("positions", positions, device=device)
+        eager = _fast_ok(like) and (pos is None or has_values(pos))
+        if length is None and _depends_on_length(self.scaling):
+            length = count if pos is None else _context_length(pos)
+        if isinstance(length, torch.Tensor) and eager:
+            length = int(length)
+        if not eager:  # no host reads, no cache mutation: compute directly
+            if pos is None:
+                pos = torch.arange(count, device=device)
+            return _tables(
+                0, None, pos, self.rotary_dim, self.base, self.scaling, work, device, length
             )
-        cos, sin = self._table(n, like.device, work)
-        if isinstance(positions, int):
-            return cos[:n], sin[:n]
-        return cos[positions], sin[positions]
+        if pos is None:
+            lo, hi, n = 0, count - 1, count
+        elif pos.numel() == 0:
+            lo, hi, n = 0, -1, 0
+        else:
+            lo_t, hi_t = torch.aminmax(pos)
+            lo, hi, n = int(lo_t), int(hi_t), pos.shape[-1]
+        if lo <= -MAX_POSITION or hi >= MAX_POSITION:
+            raise ValueError(
+                f"positions must lie strictly within 2**31 = {MAX_POSITION} of 0 (beyond, the "
+                f"float64 angle p * omega errs by more than float32 roundoff); got values from "
+                f"{lo} to {hi}"
+            )
+        scaled_by_length = (
+            _depends_on_length(self.scaling)
+            and length is not None
+            and length > self.scaling.original_max_positions
+        )
+        table = None
+        if not scaled_by_length and 0 <= lo <= hi:
+            table = self._table_for(hi, n, device, work)
+        if table is None:  # direct float64 evaluation, independent of the positions' size
+            if pos is None:
+                pos = torch.arange(count, device=device)
+            return _tables(
+                0, None, pos, self.rotary_dim, self.base, self.scaling, work, device, length
+            )
+        cos, sin = table
+        if pos is None:
+            return cos[:count], sin[:count]
+        return cos[pos], sin[pos]
 
-    def _table(self, n: int, device, dtype):
-        """Cached tables; rebuilt on a new device/dtype, a longer context or a new NTK length."""
-        dynamic = self.scaling is not None and self.scaling.kind == "dynamic_ntk"
-        freq_len = n if dynamic and n > self.scaling.original_max_positions else None
+    def _table_for(self, hi: int, n: int, device, dtype):
+        """The cached table if it covers ``0 .. hi`` (growing it if that is cheap), else None."""
         c = self._cache
-        if (
-            c is None
-            or c[0].device != device
-            or c[0].dtype != dtype
-            or c[0].shape[0] < n
-            or c[2] != freq_len
-        ):
-            old = 0 if c is None else c[0].shape[0]
-            length = n if freq_len is not None else max(n, 2 * old, self.max_positions)
-            cos, sin = rope_cos_sin(
-                range(length),
-                self.rotary_dim,
-                base=self.base,
-                scaling=self.scaling,
-                dtype=dtype,
-                device=device,
-                seq_len=n,  # <= original length unless freq_len is set: unscaled
-            )
-            self._cache = c = (cos, sin, freq_len)
-        return c[0], c[1]
+        have = 0 if c is None or c[0].device != device or c[0].dtype != dtype else c[0].shape[0]
+        if hi < have:
+            return c
+        if hi >= 2 * max(have, self.max_positions, n):
+            return None  # far beyond anything asked for so far: do not tabulate the gap
+        length = max(hi + 1, 2 * have, self.max_positions)
+        # a length-dependent scaling is cached only below its original length,
+        # where its frequencies are fixed
+        seq_len = self.scaling.original_max_positions if _depends_on_length(self.scaling) else None
+        self._cache = _tables(
+            0, length, None, self.rotary_dim, self.base, self.scaling, dtype, device, seq_len
+        )
+        return self._cache
 
     def extra_repr(self) -> str:
         s = f"dim={self.dim}, base={self.base}, layout={self.layout!r}"
@@ -334,20 +437,120 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         return nn.Module.__repr__(self)
 
 
-# ---------------------------------------------------------------------- internals
+# ---------------------------------------------------------------------- tables
+
+
+def _tables(start, count, pos, dim, base, scaling, dtype, device, seq_len):
+    """cos/sin for ``start .. start+count-1`` (``pos`` None) or for the tensor ``pos``.
+
+    ``seq_len`` is an int, a 0-d tensor (traced) or None (``max(positions) + 1``).
+    """
+    readable = pos is None or has_values(pos)
+    if pos is None:
+        if start <= -MAX_POSITION or start + count > MAX_POSITION:
+            raise ValueError(
+                f"positions must lie strictly within 2**31 = {MAX_POSITION} of 0, got the run "
+                f"{start} .. {start + count - 1}"
+            )
+    else:
+        check_position_values("positions", pos)
+    if seq_len is None and _depends_on_length(scaling):
+        seq_len = start + count if pos is None else _context_length(pos)
+        if isinstance(seq_len, torch.Tensor) and readable:
+            seq_len = int(seq_len)
+    omega = _frequencies(dim, base, scaling, seq_len, device)
+    work = compute_dtype(dtype)
+    cos, sin = cos_sin(pos, omega, num_positions=count, start=start, dtype=work)
+    if not readable and pos.numel():
+        # values could not be checked on the host: poison, never silently wrong
+        bad = ((pos <= -MAX_POSITION) | (pos >= MAX_POSITION))[..., None]
+        cos = cos.masked_fill(bad, float("nan"))
+        sin = sin.masked_fill(bad, float("nan"))
+    if scaling is not None and scaling.attention_factor != 1.0:
+        cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
+    return cos.to(dtype), sin.to(dtype)
+
+
+def _frequencies(dim, base, scaling, seq_len, device):
+    """Float64 ``(dim // 2,)`` frequencies on ``device``; ``seq_len`` may be a 0-d tensor."""
+    if scaling is None:
+        return sinusoidal_inv_freq(dim, base=base, device=device)
+    if not isinstance(seq_len, torch.Tensor) or not _depends_on_length(scaling):
+        seq_len = seq_len if not isinstance(seq_len, torch.Tensor) else None
+        return scaling.frequencies(dim, base, seq_len).to(device)
+    # traced: the length is a tensor, so the length-dependent part stays a tensor op
+    orig = scaling.original_max_positions
+    length = seq_len.to(device=device, dtype=torch.float64)
+    if scaling.kind == "dynamic_ntk":
+        if dim < 4:
+            raise ValueError(f"dim must be >= 4 for NTK scaling (exponent dim/(dim-2)), got {dim}")
+        # base' = base * s**(dim/(dim-2)) with s = factor * L / orig - (factor - 1),
+        # so omega_i = base**(-2i/dim) * s**(-2i/(dim-2))
+        f = scaling.factor
+        s = f * torch.clamp(length, min=orig) / orig - (f - 1)
+        exponent = torch.arange(0, dim, 2, dtype=torch.float64, device=device) / (dim - 2)
+        return sinusoidal_inv_freq(dim, base=base, device=device) * s ** (-exponent)
+    # longrope: one set of frequencies up to the original length, another beyond
+    short = scaling.frequencies(dim, base, orig).to(device)
+    long = scaling.frequencies(dim, base, orig + 1).to(device)
+    return torch.where(length > orig, long, short)
+
+
+def _context_length(pos: torch.Tensor):
+    """``max(pos) + 1`` as a 0-d tensor (float64, so int64 max cannot overflow), 0 if empty."""
+    if pos.numel() == 0:
+        return 0
+    return pos.max().to(torch.float64) + 1
+
+
+def _depends_on_length(scaling) -> bool:
+    if scaling is None:
+        return False
+    return bool(getattr(scaling, "depends_on_length", scaling.kind == "dynamic_ntk"))
+
+
+# ---------------------------------------------------------------------- rotation
+
+
+def _is_dual(t: torch.Tensor) -> bool:
+    """Whether ``t`` carries a forward-mode AD tangent (``torch.autograd.forward_ad``)."""
+    return fwAD._current_level >= 0 and fwAD.unpack_dual(t).tangent is not None
+
+
+def _fast_ok(t: torch.Tensor) -> bool:
+    """Whether eager fast paths (in-place writes, host reads, data pointers) may touch ``t``.
+
+    False under tracing, inside functorch transforms, for meta/fake tensors,
+    tensor subclasses and forward-mode dual tensors.
+    """
+    if not has_values(t):
+        return False
+    return type(t) in (torch.Tensor, nn.Parameter) and not _is_dual(t)
+
+
+def _in_transform(t: torch.Tensor) -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    return torch._C._functorch.is_functorch_wrapped_tensor(t) or _is_dual(t)
 
 
 def _rotate(x, cos, sin, layout, r, out):
-    """Rotate the first ``r`` features of ``x`` by tables ``cos, sin`` ``(..., seq, r // 2)``."""
+    """Rotate the first ``r`` features of ``x`` by tables ``cos, sin`` ``(..., seq, r // 2)``.
+
+    The tables broadcast against ``x.shape[:-1] + (r // 2,)``.
+    """
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad)
-    if needs_grad:
-        if out is not None:
+    if out is not None:
+        if needs_grad:
             raise ValueError("out must be None when x requires grad (out= is not differentiable)")
-        return _rotate_functional(x, cos, sin, layout, r)
+        if _in_transform(x):
+            raise ValueError("out must be None inside vmap, grad, jvp or forward-mode AD")
+        _check_out(out, x)
+    if needs_grad or not (_fast_ok(x) and _fast_ok(cos)):
+        y = _rotate_functional(x, cos, sin, layout, r)
+        return y if out is None else out.copy_(y)
     if out is None:
         out = _memory.empty(*x.shape, dtype=x.dtype, device=x.device)
-    else:
-        _check_out(out, x)
     if x.numel() == 0:
         return out
     if r < x.shape[-1] and out.data_ptr() != x.data_ptr():
@@ -383,6 +586,24 @@ def _rotate_functional(x, cos, sin, layout, r):
     return torch.cat((y.to(x.dtype), x[..., r:]), dim=-1)
 
 
+def _table_batches(cos, sin, lead):
+    """Tables as ``(tb, seq, h)``, and ``group``: flattened batch entry ``n`` uses ``n // group``.
+
+    ``lead`` is ``x.shape[:-2]``.  Shared tables give ``tb = 1``; per-batch
+    tables ``(batch, 1, ..., seq, h)`` give ``tb = batch`` without copying
+    them per head; any other broadcast is expanded, ``tb = prod(lead)``.
+    """
+    seq, h = cos.shape[-2:]
+    n = math.prod(lead)
+    clead = (1,) * (len(lead) - (cos.dim() - 2)) + tuple(cos.shape[:-2])
+    if all(c == 1 for c in clead):
+        return cos.reshape(1, seq, h), sin.reshape(1, seq, h), max(n, 1)
+    if clead[0] == lead[0] and all(c == 1 for c in clead[1:]):
+        return cos.reshape(lead[0], seq, h), sin.reshape(lead[0], seq, h), n // lead[0]
+    shape = (*lead, seq, h)
+    return cos.expand(shape).reshape(n, seq, h), sin.expand(shape).reshape(n, seq, h), 1
+
+
 def _rotate_chunked(x, cos, sin, layout, r, out):
     """Rotate through a cache-sized float32/float64 scratch, one chunk of rows at a time.
 
@@ -392,16 +613,10 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
     """
     seq, dim, h = x.shape[-2], x.shape[-1], r // 2
     work = cos.dtype
-    lead = x.shape[:-2]
     x3 = x.reshape(-1, seq, dim)
     out3 = out.view(-1, seq, dim)
-    if cos.dim() > 2 and any(s != 1 for s in cos.shape[:-2]):  # per-batch positions
-        cos = cos.expand(*lead, seq, h).reshape(-1, seq, h)
-        sin = sin.expand(*lead, seq, h).reshape(-1, seq, h)
-        per_batch = True
-    else:
-        cos, sin = cos.reshape(seq, h), sin.reshape(seq, h)
-        per_batch = False
+    cos, sin, group = _table_batches(cos, sin, x.shape[:-2])
+    per_batch = cos.shape[0] > 1
     rows = max(1, _CHUNK_ELEMENTS // r)  # sequence rows per chunk
     if rows >= seq:
         nb, ns = max(1, rows // seq), seq
@@ -411,23 +626,26 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
     rot = torch.complex(cos, sin) if layout == "interleaved" else None
     for b0 in range(0, x3.shape[0], nb):
         b1 = min(b0 + nb, x3.shape[0])
+        # table of each row in this chunk: a few indices, gathered per chunk
+        tab = torch.arange(b0, b1, device=x.device) // group if per_batch else 0
         for s0 in range(0, seq, ns):
             s1 = min(s0 + ns, seq)
             src = x3[b0:b1, s0:s1, :r]
             dst = out3[b0:b1, s0:s1, :r]
             buf = scratch[: src.numel()].view(src.shape)
-            c = cos[b0:b1, s0:s1] if per_batch else cos[s0:s1]
-            s = sin[b0:b1, s0:s1] if per_batch else sin[s0:s1]
             if layout == "interleaved":
                 buf.copy_(src)
                 bc = torch.view_as_complex(buf.unflatten(-1, (h, 2)))
-                f = rot[b0:b1, s0:s1] if per_batch else rot[s0:s1]
-                bc.mul_(f)
+                bc.mul_(rot[tab, s0:s1])
             else:
+                c, s = cos[tab, s0:s1], sin[tab, s0:s1]
                 a, b = src[..., :h], src[..., h:]
                 torch.mul(a, c, out=buf[..., :h]).addcmul_(b, s, value=-1.0)
                 torch.mul(b, c, out=buf[..., h:]).addcmul_(a, s)
             dst.copy_(buf)
+
+
+# ---------------------------------------------------------------------- checks
 
 
 def _check_x(x, layout, rotary_dim):
@@ -450,22 +668,32 @@ def _check_rotary_dim(rotary_dim, dim):
     return rotary_dim
 
 
-def _check_positions(positions, x):
-    pos = as_positions("positions", positions, device=x.device)
-    seq = x.shape[-2]
-    if pos.dim() == 0 or pos.shape[-1] != seq:
-        raise ValueError(
-            f"positions must have shape (seq,) or (..., seq) with seq={seq} (x.shape[-2]), "
-            f"got {tuple(pos.shape)}"
+def _batched_positions(name, positions, x):
+    """``positions`` as int64 on ``x``'s device, shaped to broadcast against ``x.shape[:-1]``.
+
+    Accepted: ``(seq,)``; ``(batch, seq)`` with ``batch`` in ``(x.shape[0], 1)``
+    (one row per batch item, whatever ``x.dim()``); a tensor with as many
+    dimensions as ``x.shape[:-1]`` that broadcasts to it.
+    """
+    pos = as_positions(name, positions, device=x.device)
+    seq, lead = x.shape[-2], tuple(x.shape[:-2])
+    if pos.dim() == 1 and pos.shape[0] == seq:
+        return pos
+    if pos.dim() == 2 and lead and pos.shape[1] == seq and pos.shape[0] in (1, lead[0]):
+        return pos.view(pos.shape[0], *([1] * (len(lead) - 1)), seq)
+    full = lead + (seq,)
+    if pos.dim() == len(full) and all(p in (1, s) for p, s in zip(pos.shape, full, strict=True)):
+        if pos.shape[-1] == seq:
+            return pos
+    if lead:
+        forms = (
+            f"(seq,) = ({seq},); (batch, seq) with batch = x.shape[0] = {lead[0]} or 1 (one row "
+            f"per batch item, shared by its heads); or x.shape[:-1] = {full} (size-1 "
+            "dimensions broadcast)"
         )
-    try:
-        torch.broadcast_shapes(pos.shape, x.shape[:-1])
-    except RuntimeError:
-        raise ValueError(
-            f"positions of shape {tuple(pos.shape)} do not broadcast against "
-            f"x.shape[:-1] = {tuple(x.shape[:-1])}"
-        ) from None
-    return pos
+    else:
+        forms = f"(seq,) = ({seq},), since x {tuple(x.shape)} has no batch dimension"
+    raise ValueError(f"{name} must have shape {forms}; got {tuple(pos.shape)}")
 
 
 def _check_out(out, x):
@@ -489,11 +717,15 @@ def _check_scaling(scaling):
 
 
 def _split_positions(positions, device):
-    """``(start, count, None)`` for a contiguous run, else ``(0, None, int64 tensor)``."""
+    """``(start, count, None)`` for a contiguous run, else ``(0, None, int64 tensor)``.
+
+    Detecting a run in a tensor reads its values, so only eager CPU tensors are
+    inspected; under tracing every tensor takes the direct path.
+    """
     if isinstance(positions, range) and positions.step == 1:
         return positions.start, max(len(positions), 0), None
     pos = as_positions("positions", positions, device=device)
-    if pos.dim() == 1 and pos.device.type == "cpu" and pos.numel() > 0:
+    if pos.dim() == 1 and pos.device.type == "cpu" and pos.numel() > 0 and has_values(pos):
         start = int(pos[0])
         if torch.equal(pos, torch.arange(start, start + pos.numel())):
             return start, pos.numel(), None

@@ -195,6 +195,8 @@ def test_bf16_module_after_to_bfloat16():
     assert got.dtype == torch.bfloat16
     assert (got.double() - exact).abs().max().item() <= 2 * bf16_floor(exact)
     assert m.inv_freq.dtype == torch.float64
+    assert m._cache is None  # positions far past the table: computed directly, nothing cached
+    m(x)  # positions 0 .. 63: tabulated
     assert m._cache[0].dtype == torch.float32
     assert len(m.state_dict()) == 0  # nothing for a dtype cast or a checkpoint to round
 
@@ -292,8 +294,8 @@ def test_module_rekeys_cache_on_device_and_dtype():
     m = posenc.RotaryEmbedding(8)
     m(torch.randn(4, 8))
     assert m._cache[0].device.type == "cpu" and m._cache[0].dtype == torch.float32
-    y = m(torch.randn(4, 8, device="meta"))
-    assert y.device.type == "meta" and m._cache[0].device.type == "meta"
+    y = m(torch.randn(4, 8, device="meta"))  # no values on meta: computed directly
+    assert y.device.type == "meta" and m._cache[0].device.type == "cpu"
     x = torch.randn(4, 8, dtype=torch.float64)
     assert (m(x) - reference(x, range(4))).abs().max() < 1e-15
     assert m._cache[0].device.type == "cpu" and m._cache[0].dtype == torch.float64
@@ -412,3 +414,283 @@ def test_bad_input():
         posenc.RotaryEmbedding(8, max_positions=0)
     with pytest.raises(ValueError, match="dim"):
         posenc.RotaryEmbedding(8)(torch.randn(3, 16))
+
+
+# ---------------------------------------------------------------- per-sample positions
+
+
+def per_item_reference(x, positions, **kw):
+    """x (batch, ..., seq, dim), positions (batch, seq): item b rotated at positions[b]."""
+    return torch.stack([reference(x[b], positions[b].tolist(), **kw) for b in range(x.shape[0])])
+
+
+def rotate_by(how, x, positions, layout):
+    """One code path of RoPE applied to ``x`` at ``positions``."""
+    if how == "apply_rope":
+        return posenc.apply_rope(x, positions, layout=layout, rotary_dim=6)
+    if how == "autograd":  # the differentiable (functional) form
+        return posenc.apply_rope(x.requires_grad_(), positions, layout=layout, rotary_dim=6)
+    m = posenc.RotaryEmbedding(x.shape[-1], layout=layout, rotary_dim=6)
+    if how == "module":
+        return m(x, positions)
+    q, k = m.rotate(x, x[:, :1], positions, positions)  # "rotate": also one key head (MQA)
+    assert (k - q[:, :1]).abs().max() == 0
+    return q
+
+
+@pytest.mark.parametrize("heads", [2, 3])  # heads == batch: once silently rotated per head
+@pytest.mark.parametrize("how", ["apply_rope", "autograd", "module", "rotate"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_batch_positions_mean_one_row_per_batch_item(monkeypatch, heads, how, layout, dtype):
+    monkeypatch.setattr(rope_module, "_CHUNK_ELEMENTS", 40)  # chunks straddle batch items
+    x = torch.randn(2, heads, 7, 8).to(dtype)
+    positions = torch.stack([torch.arange(7) + 3, torch.tensor([0, 0, 0, 1, 2, 3, 4])])
+    got = rotate_by(how, x, positions, layout)
+    want = per_item_reference(x.detach(), positions, layout=layout, r=6)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5}.get(dtype) or 2 * bf16_floor(want)
+    assert got.shape == x.shape and got.dtype == dtype
+    assert (got.detach().double() - want).abs().max().item() <= tol
+    # and per head would differ: the test can fail
+    per_head = torch.stack(
+        [
+            reference(x[:, h].detach(), positions[h % 2].tolist(), layout=layout, r=6)
+            for h in range(heads)
+        ],
+        dim=1,
+    )
+    assert (per_head - want).abs().max().item() > 1e-2
+
+
+def test_other_position_forms():
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    p = torch.randint(0, 1000, (2, 5))
+    want = per_item_reference(x, p)
+    # (1, seq) broadcasts over the batch; 3-D x (batch, seq, dim) takes (batch, seq)
+    assert (posenc.apply_rope(x, p[:1]) - reference(x, p[0].tolist())).abs().max() < 1e-12
+    assert (posenc.apply_rope(x[:, 0], p) - want[:, 0]).abs().max() < 1e-12
+    # one position per row: x.shape[:-1], and with size-1 dimensions
+    full = torch.randint(0, 1000, (2, 3, 5))
+    got = posenc.apply_rope(x, full)
+    for b in range(2):
+        for h in range(3):
+            assert (got[b, h] - reference(x[b, h], full[b, h].tolist())).abs().max() < 1e-12
+    assert (posenc.apply_rope(x, p[:, None, :]) - want).abs().max() < 1e-12
+
+
+def test_ambiguous_or_oversized_positions_are_refused():
+    x = torch.randn(2, 3, 5, 8)
+    for bad in (torch.zeros(3, 5), torch.zeros(4, 5)):  # (heads, seq) / nothing: not a batch
+        with pytest.raises(ValueError, match=r"positions must have shape .*batch = x.shape\[0\]"):
+            posenc.apply_rope(x, bad.long())
+    for bad in (torch.zeros(7, 2, 3, 5), torch.zeros(2, 2, 5), torch.zeros(2, 3, 4)):
+        with pytest.raises(ValueError, match="positions"):
+            posenc.apply_rope(x, bad.long())
+    with pytest.raises(ValueError, match="no batch dimension"):
+        posenc.apply_rope(torch.randn(5, 8), torch.zeros(2, 5, dtype=torch.long))
+    m = posenc.RotaryEmbedding(8)
+    with pytest.raises(ValueError, match="k_positions"):
+        m.rotate(x, x, torch.arange(5), torch.zeros(3, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="positions"):
+        m(x, torch.zeros(3, 5, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- compile, export, transforms
+
+
+def compiled(fn, backend="aot_eager"):
+    """``fn`` under torch.compile with zero graph breaks allowed."""
+    torch._dynamo.reset()
+    return torch.compile(fn, fullgraph=True, backend=backend)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_compile_apply_rope_without_graph_breaks(grad):
+    x = torch.randn(2, 3, 6, 8, requires_grad=grad)
+    p = torch.tensor([[0, 1, 2, 3, 4, 5], [9, 9, 10, 11, 12, 13]])
+
+    def f(x, p):
+        a = posenc.apply_rope(x, p, layout="half", rotary_dim=6)
+        return a + posenc.apply_rope(x, scaling=posenc.RopeScaling.dynamic_ntk(2.0, 4))
+
+    got = compiled(f, backend="inductor")(x, p)
+    want = f(x, p)
+    assert (got - want).abs().max().item() < 1e-5
+    if grad:
+        (g,) = torch.autograd.grad(got.sum(), x)
+        (w,) = torch.autograd.grad(want.sum(), x)
+        assert (g - w).abs().max().item() < 1e-5
+
+
+def test_compile_rotary_embedding_as_a_scheme():
+    rope = posenc.RotaryEmbedding(8, layout="half", scaling=posenc.RopeScaling.dynamic_ntk(2.0, 4))
+    q, k = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 9, 8)
+    qp, kp = torch.tensor([[6, 7, 8], [4, 5, 6]]), torch.arange(9)
+
+    got = compiled(rope.rotate)(q, k, qp, kp)
+    want = rope.rotate(q, k, qp, kp)
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() < 1e-5
+    plain = posenc.RotaryEmbedding(8)
+    v = torch.randn(1, 2, 6, 8)
+
+    def attend(q, k, v):
+        return posenc.attention(q, k, v, encoding=plain, causal=True)
+
+    assert (compiled(attend)(v, v, v) - attend(v, v, v)).abs().max().item() < 1e-5
+
+
+def test_export_apply_rope_and_rotary_embedding():
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = posenc.RotaryEmbedding(8, scaling=posenc.RopeScaling.dynamic_ntk(2.0, 4))
+
+        def forward(self, q, k, qp, kp):
+            q, k = self.rope.rotate(q, k, qp, kp)
+            return q, k, posenc.apply_rope(q, qp, layout="half")
+
+    layer = Layer()
+    args = (
+        torch.randn(2, 4, 3, 8),
+        torch.randn(2, 2, 3, 8),
+        torch.arange(3) + 5,
+        torch.tensor([[0, 1, 2], [7, 8, 9]]),
+    )
+    exported = torch.export.export(layer, args).module()
+    for a, b in zip(exported(*args), layer(*args), strict=True):
+        assert (a - b).abs().max().item() < 1e-5
+
+
+def test_vmap_and_forward_mode_ad():
+    x, t = torch.randn(4, 2, 6, 8), torch.randn(4, 2, 6, 8)
+    p = torch.randint(0, 100, (6,))
+    for layout in ("interleaved", "half"):
+        want = posenc.apply_rope(x, p, layout=layout)
+        got = torch.func.vmap(lambda a, lay=layout: posenc.apply_rope(a, p, layout=lay))(x)
+        assert (got - want).abs().max().item() < 1e-5
+        # RoPE is linear in x: the tangent is the rotated tangent
+        primal, tangent = torch.func.jvp(
+            lambda a, lay=layout: posenc.apply_rope(a, p, layout=lay), (x,), (t,)
+        )
+        assert (primal - want).abs().max().item() < 1e-5
+        assert (tangent - posenc.apply_rope(t, p, layout=layout)).abs().max().item() < 1e-5
+    with torch.autograd.forward_ad.dual_level():
+        out = posenc.apply_rope(torch.autograd.forward_ad.make_dual(x, t), p)
+        tangent = torch.autograd.forward_ad.unpack_dual(out).tangent
+    assert (tangent - posenc.apply_rope(t, p)).abs().max().item() < 1e-5
+    with pytest.raises(ValueError, match="out must be None inside vmap"):
+        torch.func.vmap(lambda a: posenc.apply_rope(a, out=torch.empty_like(a)))(x)
+
+
+def test_out_under_compile_still_writes_out():
+    x = torch.randn(2, 5, 8)
+    want = posenc.apply_rope(x)
+
+    def f(x, out):
+        return posenc.apply_rope(x, out=out)
+
+    out = torch.empty_like(x)
+    compiled(f)(x, out)
+    assert (out - want).abs().max().item() < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_meta_tensors(dtype):
+    x = torch.empty(2, 4, 5, 8, device="meta", dtype=dtype)
+    p = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    for layout in ("interleaved", "half"):
+        y = posenc.apply_rope(x, p, layout=layout, rotary_dim=6)
+        assert y.shape == x.shape and y.device.type == "meta" and y.dtype == dtype
+    m = posenc.RotaryEmbedding(8, scaling=posenc.RopeScaling.yarn(4.0, 16))
+    q, k = m.rotate(x, x[:, :2], p, torch.arange(5, device="meta"))
+    assert q.shape == x.shape and k.shape == (2, 2, 5, 8) and k.device.type == "meta"
+    assert m(x).device.type == "meta"
+
+
+# ---------------------------------------------------------------- large positions, no big tables
+
+
+def count_angles(monkeypatch):
+    """Record how many cos/sin entries RoPE evaluates (through posenc._angles.cos_sin)."""
+    counts = []
+    real = rope_module.cos_sin
+
+    def spy(positions, inv_freq, **kw):
+        cos, sin = real(positions, inv_freq, **kw)
+        counts.append(cos.numel())
+        return cos, sin
+
+    monkeypatch.setattr(rope_module, "cos_sin", spy)
+    return counts
+
+
+def test_one_step_at_three_million_computes_only_its_own_angles(monkeypatch):
+    counts = count_angles(monkeypatch)
+    m = posenc.RotaryEmbedding(128, layout="half")
+    m(torch.randn(1, 2, 16, 128))  # a prompt: builds the initial table (2048 rows)
+    assert m._cache[0].shape[0] == 2048
+    q, k = torch.randn(1, 8, 1, 128, dtype=torch.float64), torch.randn(1, 2, 1, 128)
+    pos = torch.tensor([3_000_000])
+    counts.clear()
+    qr, _ = m.rotate(q, k.double(), pos, pos)
+    assert sum(counts) <= 2 * 64  # one position for q, one for k: not 3e6 rows
+    assert m._cache[0].shape[0] == 2048  # the table did not grow to the position
+    assert (qr - reference(q, [3_000_000], layout="half")).abs().max().item() < 1e-8
+    counts.clear()
+    posenc.apply_rope(q, torch.tensor([3_000_000]), layout="half")
+    posenc.rope_cos_sin(torch.tensor([[3_000_000, 5]]), 128)
+    assert sum(counts) <= 3 * 64
+
+
+def test_decoding_grows_the_table_by_doubling(monkeypatch):
+    counts = count_angles(monkeypatch)
+    m = posenc.RotaryEmbedding(8, max_positions=16)
+    q = torch.randn(1, 1, 1, 8, dtype=torch.float64)
+    for p in range(300):  # rotate-once decoding: one new position per step
+        pos = torch.tensor([p])
+        qr, _ = m.rotate(q, q, pos, pos)
+    assert (qr - reference(q, [299])).abs().max().item() < 1e-12
+    rows = [c // 4 for c in counts if c > 8]  # table builds (other calls gather)
+    assert rows == [16, 32, 64, 128, 256, 512]
+    # re-rotating the whole cache each step grows it the same way
+    m = posenc.RotaryEmbedding(8, max_positions=16)
+    for n in (20, 21, 40, 100):
+        m.rotate(q, torch.randn(1, 1, n, 8), torch.tensor([n - 1]), torch.arange(n))
+    assert m._cache[0].shape[0] == 100  # 20, then 2 * 20 = 40, then 100 (past 2 * 40)
+
+
+def test_chunk_at_a_large_offset_is_computed_directly():
+    m = posenc.RotaryEmbedding(8)
+    x = torch.randn(2, 64, 8, dtype=torch.float64)
+    pos = torch.arange(64) + 10**8
+    assert (m(x, pos) - reference(x, pos.tolist())).abs().max().item() < 1e-7
+    assert m._cache is None
+
+
+@pytest.mark.parametrize("p", [2**63 - 1, -(2**63), 2**31, -(2**31)])
+def test_positions_beyond_two_to_the_31_raise(p):
+    x = torch.randn(2, 8)
+    pos = torch.tensor([0, p])
+    dyn = posenc.RopeScaling.dynamic_ntk(2.0, 4)
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        posenc.apply_rope(x, pos)
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        posenc.apply_rope(x, pos, scaling=dyn)  # max + 1 would overflow int64
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        posenc.rope_cos_sin(pos, 8)
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        posenc.RotaryEmbedding(8)(x, pos)
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        posenc.RotaryEmbedding(8, scaling=dyn).rotate(x, x, pos, torch.arange(2))
+    if p > 0:
+        with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+            posenc.rope_cos_sin(range(p - 1, p + 1), 8)
+    ok = posenc.apply_rope(x, torch.tensor([0, 2**31 - 1]))  # the last accepted position
+    assert torch.isfinite(ok).all()
+
+
+def test_traced_positions_beyond_two_to_the_31_give_nan():
+    x = torch.randn(3, 8)
+    y = compiled(posenc.apply_rope)(x, torch.tensor([0, 2**40, 2]))
+    assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()

@@ -2,7 +2,8 @@
 
 Triton reads TRITON_INTERPRET when a kernel is decorated, so the check runs in a
 fresh interpreter with the variable set; it compares the kernel with an explicit
-float64 rotation for both layouts, partial rotary_dim, float32 and bfloat16.
+float64 rotation for both layouts, partial rotary_dim, float32 and bfloat16, and
+shared, per-item and per-row positions.
 """
 
 import os
@@ -41,10 +42,12 @@ SCRIPT = textwrap.dedent(
     for dtype in (torch.float32, torch.bfloat16):
         for layout in ("interleaved", "half"):
             for r in (24, 16):
-                for batched in (False, True):
+                for form in ("shared", "per item", "per row"):
                     x = torch.randn(2, 3, 37, 24).to(dtype)
-                    if batched:
+                    if form == "per item":  # (batch, 1, seq): one table per batch item
                         positions = torch.randint(0, 40000, (2, 1, 37))
+                    elif form == "per row":  # x.shape[:-1]: one table per (item, head)
+                        positions = torch.randint(0, 40000, (2, 3, 37))
                     else:
                         positions = torch.arange(37) + 32700
                     cos, sin = posenc.rope_cos_sin(positions, r, dtype=compute_dtype(dtype))
@@ -57,7 +60,7 @@ SCRIPT = textwrap.dedent(
                         tol = 2 * (exact.to(dtype).double() - exact).abs().max().item()
                     else:
                         tol = 2e-6
-                    assert err <= tol, (dtype, layout, r, batched, err, tol)
+                    assert err <= tol, (dtype, layout, r, form, err, tol)
                     assert torch.equal(out[..., r:], x[..., r:])
                     checked += 1
     print("checked", checked)
@@ -71,7 +74,7 @@ def test_kernel_under_interpreter():
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "checked 16" in done.stdout
+    assert "checked 24" in done.stdout
 
 
 def test_import_posenc_does_not_import_triton():
