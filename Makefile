@@ -1,15 +1,19 @@
 # Two commands do all the set-up on a fresh machine with Python >= 3.10:
 #   make book   builds the site into _build/html (creating .venv first)
 #   make test   runs every check: lint, unit tests, nbval over every chapter,
-#               the book build with warnings as errors, and the offline-site scan
+#               the book build with warnings as errors, the offline-site scan, and
+#               every page opened in headless Chromium (screenshots: _build/screenshots)
 # .ci/run calls `make test`.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: book test lint unit notebooks site env clean
+.PHONY: book test lint unit notebooks site browser browser-deps env clean
 
 env: $(VENV)/.installed
 
@@ -32,13 +36,25 @@ lint: env
 # run, split by file so that each notebook keeps one kernel.
 unit: env
 	$(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
-		--ignore=tests/test_site.py tests book
+		--ignore=tests/test_site.py --ignore=tests/test_browser.py tests book
 
 # Scans the built HTML for anything loaded from another host.
 site: book
 	$(BIN)/pytest tests/test_site.py
 
-test: lint unit site
+# Debian's Chromium, installed only when missing (as root, or with sudo). The browser
+# test drives it over a pipe, so no driver and nothing else is downloaded.
+browser-deps:
+	@if ! command -v chromium >/dev/null; then \
+		SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+		$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	fi
+
+# Opens every built page offline in headless Chromium; see tests/test_browser.py.
+browser: book browser-deps
+	$(BIN)/pytest tests/test_browser.py
+
+test: lint unit site browser
 
 clean:
 	rm -rf _build

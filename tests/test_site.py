@@ -123,3 +123,44 @@ def test_every_chapter_is_built_with_its_figures():
 def test_bibliography_page_lists_cited_works():
     text = (SITE / "book" / "bibliography.html").read_text(encoding="utf-8")
     assert "Vaswani" in text
+
+
+def test_each_inline_script_appears_once_per_page():
+    # Sphinx 7.4 emitted sphinx-thebe's `const THEBE_JS_URL = ...` twice: a SyntaxError
+    # on every page.  book/_ext/single_inline_scripts.py keeps one copy.
+    offenders = {}
+    for page in _pages():
+        bodies = re.findall(r"<script>(.*?)</script>", page.read_text(encoding="utf-8"), re.S)
+        repeated = sorted({b.strip()[:60] for b in bodies if bodies.count(b) > 1})
+        if repeated:
+            offenders[page.relative_to(SITE).as_posix()] = repeated
+    assert not offenders, offenders
+
+
+def test_bibliography_labels_are_author_year_like_the_citations():
+    text = (SITE / "book" / "bibliography.html").read_text(encoding="utf-8")
+    labels = re.findall(r'<span class="fn-bracket">\[</span>(.*?)<span class="fn-bracket">', text)
+    assert len(labels) >= 10, labels
+    for label in labels:
+        assert re.fullmatch(r"[^\[\]]+, (\d{4}[a-z]?|n\.d\.)", label), label
+    authors = [label.rsplit(", ", 1)[0].lower() for label in labels]
+    assert authors == sorted(authors), "entries are not in alphabetical order of author"
+    assert "Anonymous" not in text
+
+
+# Sources whose address we could not establish; every other entry links to its source.
+_NO_KNOWN_ADDRESS = {"canal2024understanding", "notes2024positional"}
+
+
+def test_every_bibliography_entry_links_to_its_source():
+    bib = (Path(__file__).resolve().parents[1] / "references.bib").read_text(encoding="utf-8")
+    entries = re.findall(r"@(\w+)\{([^,]+),(.*?)\n\}", bib, re.S)
+    assert entries
+    missing = [
+        key
+        for kind, key, body in entries
+        if kind.lower() != "book"
+        and key not in _NO_KNOWN_ADDRESS
+        and not re.search(r"^\s*(url|doi|eprint)\s*=|\\url\{", body, re.M)
+    ]
+    assert not missing, f"entries without url, doi or eprint: {missing}"

@@ -1,0 +1,647 @@
+"""Every built page, opened offline in headless Chromium, renders as a reader sees it.
+
+Run after the book is built (``make browser`` builds it first and installs Debian's
+``chromium`` when it is missing).  The site is served from ``_build/html`` on
+127.0.0.1; Chromium runs with background networking off, every host name resolving
+to nothing and a proxy on a dead port, so nothing can come from another host.  The
+test speaks the DevTools protocol to Chromium over a pipe (``--remote-debugging-pipe``):
+no driver, no port, nothing downloaded.
+
+Each page fails on
+- a console error (uncaught exception, ``console.error``, a resource that fails to
+  load) or a request to another host;
+- raw TeX in the text outside math (``\\frac``, ``$$``, ``\\begin{``, ``^{``) or a
+  MathJax error (``merror``, or an undefined macro that MathJax shows in red);
+- an image that does not load (``naturalWidth`` 0);
+- a display equation wider than its column at a 1400 px viewport;
+- a figure without a numbered caption, or whose alt text is missing or a file path;
+- a page that scrolls sideways at a 400 px viewport.
+
+A screenshot of every page (the full page at 1400 px, in tiles of 16000 px, and the first
+screen at 400 px) and a report of every defect found (``report.txt``, ``report.json``) go
+to ``_build/screenshots/``, which CI leaves behind.
+"""
+
+import base64
+import fcntl
+import functools
+import http.server
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+WIDE, NARROW = 1400, 400
+MAX_SHOT_HEIGHT = 16000  # taller captures are unreliable in Chromium: tile them
+PAGE_TIMEOUT = 90  # seconds for one page to load and typeset (2 busy cores)
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-dev-shm-usage",
+    "--mute-audio",
+    "--force-device-scale-factor=1",
+    "--hide-scrollbars",
+    # Offline: no name resolves, and anything that still tries goes to a dead port.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--proxy-server=http://127.0.0.1:9",
+    "--proxy-bypass-list=127.0.0.1",
+    "--remote-debugging-pipe",
+]
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _is_redirect(page):
+    return re.search(r'http-equiv="refresh"', page.read_text(encoding="utf-8"), re.I)
+
+
+def built_pages():
+    """Every HTML page of the site (relative paths), redirects and assets left out."""
+    if not SITE.is_dir():
+        return []
+    pages = []
+    for page in sorted(SITE.rglob("*.html")):
+        rel = page.relative_to(SITE)
+        if rel.parts[0].startswith("_") or _is_redirect(page):
+            continue
+        pages.append(rel.as_posix())
+    return pages
+
+
+# ------------------------------------------------------------- DevTools over a pipe
+
+
+class DevTools:
+    """A minimal Chrome DevTools Protocol client over ``--remote-debugging-pipe``."""
+
+    def __init__(self, user_data_dir, log):
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+
+        def _wire_pipes():  # the browser reads commands on fd 3, answers on fd 4
+            high_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
+            high_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(3, 4),
+            preexec_fn=_wire_pipes,
+        )
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buffer = b""
+        self._next_id = 0
+        self.events = []
+
+    def _read_message(self, deadline):
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("Chromium did not answer in time")
+            ready, _, _ = select.select([self._from_browser], [], [], left)
+            if ready:
+                chunk = os.read(self._from_browser, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(f"Chromium exited (code {self.proc.poll()})")
+                self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method, session=None, timeout=PAGE_TIMEOUT, **params):
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_for(self, event, timeout=PAGE_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while True:
+            for message in self.events:
+                if message.get("method") == event:
+                    return message
+            self.events.append(self._read_message(deadline))
+
+    def close(self):
+        try:
+            self.send("Browser.close", timeout=10)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._to_browser, self._from_browser):
+            os.close(fd)
+
+
+class Tab:
+    """One page target: navigate, evaluate, measure, screenshot, collect errors."""
+
+    def __init__(self, devtools):
+        self.dt = devtools
+        targets = devtools.send("Target.getTargets")["targetInfos"]
+        pages = [t["targetId"] for t in targets if t["type"] == "page"]
+        target = pages[0] if pages else devtools.send("Target.createTarget", url="about:blank")
+        target = target if isinstance(target, str) else target["targetId"]
+        self.session = devtools.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+
+    def call(self, method, **params):
+        return self.dt.send(method, session=self.session, **params)
+
+    def viewport(self, width, height, mobile):
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=mobile,
+        )
+
+    def open(self, url):
+        self.dt.events.clear()
+        self.call("Page.navigate", url=url)
+        self.dt.wait_for("Page.loadEventFired")
+
+    def evaluate(self, expression):
+        result = self.call(
+            "Runtime.evaluate",
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+            timeout=PAGE_TIMEOUT * 1000,
+        )
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def screenshot(self, path, full_page):
+        """PNG of the viewport, or of the whole page in tiles of MAX_SHOT_HEIGHT px."""
+        if not full_page:
+            data = self.call("Page.captureScreenshot", format="png")["data"]
+            path.write_bytes(base64.b64decode(data))
+            return
+        size = self.call("Page.getLayoutMetrics")["cssContentSize"]
+        width, height = int(size["width"]), int(size["height"])
+        for part, top in enumerate(range(0, max(height, 1), MAX_SHOT_HEIGHT), start=1):
+            clip = {"x": 0, "y": top, "width": width, "scale": 1}
+            clip["height"] = min(MAX_SHOT_HEIGHT, height - top)
+            data = self.call(
+                "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip
+            )["data"]
+            tile = path if part == 1 else path.with_name(f"{path.stem}--part{part}.png")
+            tile.write_bytes(base64.b64decode(data))
+
+    def problems_logged(self, site_origin):
+        """Console errors and requests to other hosts since the last ``open``."""
+        errors, foreign = [], []
+        for event in self.dt.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                text = details.get("exception", {}).get("description") or details.get("text")
+                errors.append(f"uncaught: {text.splitlines()[0]} ({details.get('url', '')})")
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in (
+                "error",
+                "assert",
+            ):
+                args = [str(a.get("value", a.get("description", ""))) for a in params["args"]]
+                errors.append("console.error: " + " ".join(args))
+            elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+                entry = params["entry"]
+                errors.append(f"{entry['source']}: {entry['text']} {entry.get('url', '')}")
+            elif method == "Network.requestWillBeSent":
+                url = params["request"]["url"]
+                parts = urlsplit(url)
+                if parts.scheme not in ("data", "blob", "about") and (
+                    f"{parts.scheme}://{parts.netloc}" != site_origin
+                ):
+                    foreign.append(url)
+        return errors, foreign
+
+
+# ------------------------------------------------------------------ in-page checks
+
+# Resolves once MathJax has typeset the page, the fonts are in and every image
+# (lazy ones too) has loaded or failed.
+SETTLE_JS = r"""
+(async () => {
+  for (const img of document.images) img.loading = "eager";
+  const images = Promise.all([...document.images].map(
+    (img) => img.complete ? null : new Promise((ok) => { img.onload = img.onerror = ok; })));
+  const start = Date.now();
+  while (window.MathJax && !(MathJax.startup && MathJax.startup.promise)
+         && Date.now() - start < 30000) {
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  await document.fonts.ready;
+  await Promise.race([images, new Promise((ok) => setTimeout(ok, 20000))]);
+  await new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(ok)));
+  return true;
+})()
+"""
+
+# Helpers shared by the two check scripts.
+HELPERS_JS = r"""
+const clip = (s, n = 90) => s.replace(/\s+/g, " ").trim().slice(0, n);
+const where = (el) => {
+  const sec = el.closest("section[id]");
+  return sec ? `#${sec.id}` : "";
+};
+const describe = (c) => {
+  const box = c.closest("div.math, span.math, .math");
+  const eqno = box && box.querySelector(".eqno");
+  const number = eqno ? " " + clip(eqno.textContent.replace(/#/g, ""), 12) : "";
+  return `${(box && box.id) || where(c)}${number}`;
+};
+const tex = (c) => {
+  try {
+    const item = MathJax.startup.document.getMathItemsWithin(c)[0];
+    return item ? clip(item.math, 70) : "";
+  } catch (e) { return ""; }
+};
+const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+// The typeset formula itself (not MathJax's hidden copy for screen readers).
+const formula = (c) => c.querySelector("mjx-math") || c;
+// Math a reader cannot see whole: the formula overflows a box that clips instead of
+// scrolling, or the box sticks out of an ancestor that clips.  Math that scrolls is fine.
+const cutOffMath = () => {
+  const found = [];
+  for (const c of document.querySelectorAll("mjx-container")) {
+    if (!c.offsetParent) continue;  // hidden (e.g. a folded solution)
+    const box = c.getAttribute("display") === "true" ? c : (c.closest("span.math") || c);
+    const math = formula(c).getBoundingClientRect();
+    const rect = box.getBoundingClientRect();
+    let cut = !scrolls(box) && getComputedStyle(box).overflowX !== "visible"
+      && (math.right > rect.right + 1 || math.left < rect.left - 1);
+    const right = scrolls(box) ? rect.right : math.right;
+    for (let a = box.parentElement; a && a !== document.body && !cut; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX === "visible") continue;
+      cut = !scrolls(a) && right > a.getBoundingClientRect().right + 1;
+      break;
+    }
+    if (cut) found.push(`${describe(c)}: ${tex(c)}`);
+  }
+  return found;
+};
+"""
+
+# Defects visible at the wide viewport.  Returns lists of short descriptions.
+WIDE_CHECKS_JS = (
+    "(() => {"
+    + HELPERS_JS
+    + r"""
+  const out = {raw_tex: [], math_errors: [], broken_images: [], wide_equations: [],
+               cut_off_math: cutOffMath(), uncaptioned_figures: [], bad_alt_text: []};
+
+  // Raw TeX in text outside math, code and scripts.
+  const SKIP = "script, style, pre, code, kbd, samp, textarea, mjx-container, .highlight";
+  // A backslash command (\frac, \begin), $$, a sub/superscript group, or \( \) \[ \].
+  const TEX = /\\[a-zA-Z]{2,}|\$\$|[_^]\{|\\[()\[\]]/;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    const el = node.parentElement;
+    if (!el || el.closest(SKIP)) continue;
+    const m = node.data.match(TEX);
+    if (m) {
+      const i = Math.max(0, m.index - 40);
+      out.raw_tex.push(`${where(el)} "${clip(node.data.slice(i, m.index + 50))}"`);
+    }
+  }
+
+  // MathJax errors and undefined macros (shown in red by the noundefined extension).
+  for (const c of document.querySelectorAll("mjx-container")) {
+    const merror = c.querySelector("mjx-merror");
+    const red = c.querySelector('mjx-assistive-mml [mathcolor="red"], mjx-assistive-mml merror');
+    if (merror || red) {
+      const why = merror ? (merror.getAttribute("data-mjx-error") || "merror")
+                         : `undefined ${clip(red.textContent, 30)}`;
+      out.math_errors.push(`${describe(c)} ${why}: ${tex(c)}`);
+    }
+  }
+
+  // Images that did not load.
+  for (const img of document.images) {
+    if (!img.complete || img.naturalWidth === 0) {
+      out.broken_images.push(img.getAttribute("src"));
+    }
+  }
+
+  // Display equations wider than their column (they scroll, or are cut off).
+  for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
+    if (!c.offsetParent) continue;
+    const column = (c.closest("div.math") || c.parentElement).getBoundingClientRect();
+    const eqno = c.parentElement.querySelector(".eqno");
+    const room = column.width - (eqno ? eqno.getBoundingClientRect().width + 8 : 0);
+    const needs = formula(c).getBoundingClientRect().width;
+    if (needs > room + 1) {
+      out.wide_equations.push(
+        `${describe(c)} needs ${Math.round(needs)}px, has ${Math.round(room)}px: ${tex(c)}`);
+    }
+  }
+
+  // Content images: a figure with a numbered caption, and real alt text.
+  const article = document.querySelector("article.bd-article")
+    || document.querySelector("[role=main]") || document.body;
+  const PATHLIKE = /(^|\/)[^\s\/]+\.(png|jpe?g|svg|gif|webp)$|^\.\.?\/|_images\//i;
+  for (const img of article.querySelectorAll("img")) {
+    const src = (img.getAttribute("src") || "").split("/").pop();
+    const fig = img.closest("figure");
+    const cap = fig && fig.querySelector("figcaption");
+    if (!cap || !cap.textContent.trim()) {
+      out.uncaptioned_figures.push(`${where(img)} ${src}: no caption`);
+    } else if (!cap.querySelector(".caption-number")) {
+      out.uncaptioned_figures.push(`${where(img)} ${src}: caption not numbered`);
+    }
+    const alt = (img.getAttribute("alt") || "").trim();
+    if (!alt || PATHLIKE.test(alt)) {
+      out.bad_alt_text.push(`${where(img)} ${src}: alt ${JSON.stringify(clip(alt, 40))}`);
+    }
+  }
+  return out;
+})()
+"""
+)
+
+# At the narrow viewport: math cut off, a page that scrolls sideways (and what sticks
+# out), and, for information, inline math that has to scroll within its line.
+NARROW_CHECKS_JS = (
+    "(() => {"
+    + HELPERS_JS
+    + r"""
+  const out = {cut_off_math_at_400px: cutOffMath(), scrolls_sideways_at_400px: [],
+               info_inline_math_scrolls_at_400px: []};
+  for (const span of document.querySelectorAll("span.math")) {
+    const c = span.querySelector("mjx-container");
+    if (c && span.offsetParent && getComputedStyle(span).display !== "inline"
+        && formula(c).getBoundingClientRect().width > span.clientWidth + 1) {
+      out.info_inline_math_scrolls_at_400px.push(`${where(span)}: ${tex(c)}`);
+    }
+  }
+  const doc = document.documentElement;
+  const width = doc.clientWidth;
+  if (doc.scrollWidth <= width + 1) return out;
+  const clipped = (el) => {
+    for (let a = el.parentElement; a && a !== doc; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if (s.overflowX !== "visible" || s.display === "none") return true;
+    }
+    return false;
+  };
+  const culprits = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= width + 1 || clipped(el)) continue;
+    if (el.parentElement && culprits.includes(el.parentElement)) continue;
+    culprits.push(el);
+  }
+  const name = (el) => {
+    const cls = el.classList.length ? "." + [...el.classList].slice(0, 2).join(".") : "";
+    const math = el.querySelector("mjx-container") || el.closest("mjx-container");
+    const text = math ? tex(math) : clip(el.textContent || "", 50);
+    return `${where(el)} <${el.tagName.toLowerCase()}${cls}> ` +
+      `to ${Math.round(el.getBoundingClientRect().right)}px: "${text}"`;
+  };
+  out.scrolls_sideways_at_400px = [`page is ${doc.scrollWidth}px wide at ${width}px`,
+                                   ...culprits.slice(0, 12).map(name)];
+  return out;
+})()
+"""
+)
+
+
+# --------------------------------------------------------------------- the session
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not SITE.is_dir():
+        pytest.fail(f"no built site at {SITE}: run `make book` first")
+    if not (shutil.which(CHROMIUM) or os.access(CHROMIUM, os.X_OK)):
+        pytest.fail(f"{CHROMIUM} not found: `make browser-deps` installs Debian's chromium")
+    work = tmp_path_factory.mktemp("browser")
+    # The web root holds the site and the scanner's own test page side by side.
+    webroot = work / "root"
+    webroot.mkdir()
+    (webroot / "site").symlink_to(SITE, target_is_directory=True)
+    (webroot / "selftest").mkdir()
+    log = open(work / "chromium.log", "wb")  # noqa: SIM115 (closed below)
+    # Chromium is started before the server thread: fork only from one thread.
+    devtools = DevTools(work / "profile", log)
+    handler = functools.partial(_QuietHandler, directory=str(webroot))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    origin = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield {"tab": Tab(devtools), "origin": origin, "webroot": webroot, "cache": {}}
+    finally:
+        devtools.close()
+        server.shutdown()
+        server.server_close()
+        log.close()
+
+
+def inspect(browser, path, shot_name=None):
+    """Open ``path`` (under the web root) and return every defect found, by kind."""
+    if path in browser["cache"]:
+        return browser["cache"][path]
+    tab, origin = browser["tab"], browser["origin"]
+    tab.viewport(WIDE, 900, mobile=False)
+    tab.open(f"{origin}/{path}")
+    tab.evaluate(SETTLE_JS)
+    found = tab.evaluate(WIDE_CHECKS_JS)
+    if shot_name:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(SHOTS / f"{shot_name}.png", full_page=True)
+    tab.viewport(NARROW, 800, mobile=True)
+    # Let the theme finish folding its sidebars (a CSS transition) before measuring.
+    tab.evaluate("new Promise((ok) => setTimeout(() => requestAnimationFrame(ok), 700))")
+    found.update(tab.evaluate(NARROW_CHECKS_JS))
+    if shot_name:
+        tab.screenshot(SHOTS / f"{shot_name}--400px.png", full_page=False)
+    errors, foreign = tab.problems_logged(origin)
+    found["console_errors"] = errors
+    found["other_hosts"] = foreign
+    found = {kind: items for kind, items in found.items() if items}
+    browser["cache"][path] = found
+    return found
+
+
+def _report(page, found):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    report = SHOTS / "report.json"
+    data = json.loads(report.read_text()) if report.exists() else {}
+    data[page] = found
+    report.write_text(json.dumps(data, indent=1, sort_keys=True))
+
+
+def _shot_name(page):
+    return page.removesuffix(".html").replace("/", "__")
+
+
+PAGES = built_pages()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fresh_report():
+    (SHOTS / "report.json").unlink(missing_ok=True)
+
+
+def test_site_has_pages():
+    assert PAGES, f"no pages under {SITE}: run `make book` first"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_cleanly(browser, page):
+    found = inspect(browser, f"site/{page}", shot_name=_shot_name(page))
+    _report(page, found)
+    defects = {kind: items for kind, items in found.items() if not kind.startswith("info_")}
+    lines = [f"{kind}:\n    " + "\n    ".join(items) for kind, items in defects.items()]
+    assert not defects, f"{page} has defects (screenshot in {SHOTS}):\n" + "\n".join(lines)
+
+
+# ------------------------------------------------------- the checks can fail at all
+
+SELFTEST_PAGE = r"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><link rel="icon" href="data:,">
+<script>window.MathJax = {};</script>
+<script defer src="../site/_static/mathjax/tex-chtml.js"></script>
+</head><body><main role="main"><article class="bd-article">
+<section id="defects">
+<p>A proof whose line became a bullet: \frac{1}{2} and \begin{aligned} stay raw.</p>
+<div class="math" id="equation-bad">\[\notamacro{x} + 1\]</div>
+<div class="math" id="equation-wide">\[%s\]</div>
+<p>Inline <span class="math">\(%s\)</span> math.</p>
+<figure><img src="../site/_static/images/logo_binder.svg" alt="../_images/abc.png"></figure>
+<img src="missing.png" alt="a plot that is not there">
+<script>console.error("boom from the self-test");</script>
+</section></article></main></body></html>
+"""
+
+
+def test_checks_catch_each_kind_of_defect(browser):
+    wide = " + ".join(f"x_{{{i}}}^{{2}}" for i in range(400))
+    page = browser["webroot"] / "selftest" / "defects.html"
+    page.write_text(SELFTEST_PAGE % (wide, wide[:4000]))
+    found = inspect(browser, "selftest/defects.html")
+    assert any("frac" in t for t in found.get("raw_tex", [])), found
+    assert any("notamacro" in t for t in found.get("math_errors", [])), found
+    assert any("equation-wide" in t for t in found.get("wide_equations", [])), found
+    assert found.get("broken_images") == ["missing.png"], found
+    assert any("no caption" in t for t in found.get("uncaptioned_figures", [])), found
+    assert any("abc.png" in t for t in found.get("bad_alt_text", [])), found
+    assert any("boom" in t for t in found.get("console_errors", [])), found
+    assert found.get("scrolls_sideways_at_400px"), found
+
+
+def test_checks_pass_a_clean_page(browser):
+    page = browser["webroot"] / "selftest" / "clean.html"
+    page.write_text(
+        SELFTEST_PAGE.split("<section")[0]
+        + '<section id="ok"><p>Text with <span class="math">\\(x^2\\)</span>.</p>'
+        '<div class="math">\\[\\frac{a}{b}\\]</div></section></article></main></body></html>'
+    )
+    found = inspect(browser, "selftest/clean.html")
+    assert {kind: items for kind, items in found.items() if not kind.startswith("info_")} == {}
+
+
+# ------------------------------------------------------------------------- search
+
+
+def test_search_snippets_show_page_text(browser):
+    """Search results quote the chapter text, not the launch buttons above it."""
+    tab, origin = browser["tab"], browser["origin"]
+    tab.viewport(WIDE, 900, mobile=False)
+    tab.open(f"{origin}/site/search.html?q=rotary")
+    snippets = tab.evaluate(
+        r"""
+        (async () => {
+          const start = Date.now();
+          // Sphinx fills the results one fetched page at a time, then says "finished".
+          const items = () => document.querySelectorAll("#search-results li");
+          const done = () => /finished|did not match/i.test(
+              (document.querySelector("#search-results .search-summary") || {}).textContent)
+            && [...items()].every((li) => li.querySelector("p.context"));
+          while (!done() && Date.now() - start < 60000) {
+            await new Promise((ok) => setTimeout(ok, 100));
+          }
+          return [...document.querySelectorAll("#search-results li")].map((li) => ({
+            page: li.querySelector("a").getAttribute("href"),
+            text: (li.querySelector("p.context") || {textContent: ""}).textContent}));
+        })()
+        """
+    )
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(SHOTS / "search--rotary.png", full_page=False)
+    assert snippets, "searching for 'rotary' found nothing"
+    for hit in snippets:
+        text = hit["text"]
+        assert text.strip(), f"empty snippet for {hit['page']}"
+        for chrome in ("Binder", "Colab", "Launch", ".ipynb", "Contents"):
+            assert chrome not in text, f"{hit['page']}: snippet shows page chrome: {text!r}"
+    assert any(re.search(r"rotar", h["text"], re.I) for h in snippets), snippets
+
+
+def teardown_module():
+    # A one-glance summary next to the screenshots.
+    report = SHOTS / "report.json"
+    if report.exists():
+        data = json.loads(report.read_text())
+        lines = []
+        for page, found in sorted(data.items()):
+            if not found:
+                lines.append(f"{page}: clean")
+                continue
+            lines.append(f"{page}:")
+            for kind, items in found.items():
+                lines.append(f"  {kind} ({len(items)}):")
+                lines.extend(f"    {item}" for item in items)
+        (SHOTS / "report.txt").write_text("\n".join(lines) + "\n")
