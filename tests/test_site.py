@@ -164,3 +164,16 @@ def test_every_bibliography_entry_links_to_its_source():
         and not re.search(r"^\s*(url|doi|eprint)\s*=|\\url\{", body, re.M)
     ]
     assert not missing, f"entries without url, doi or eprint: {missing}"
+
+
+def test_every_chapter_has_colab_and_binder_launch_links():
+    # The THEBE_JS_URL fix (book/_ext/single_inline_scripts.py) must leave these alone.
+    toc = (Path(__file__).resolve().parents[1] / "_toc.yml").read_text()
+    chapters = [c for c in re.findall(r"file:\s*(book/\S+)", toc) if c != "book/bibliography"]
+    for chapter in chapters:
+        text = (SITE / f"{chapter}.html").read_text(encoding="utf-8")
+        notebook = f"{chapter}.ipynb"
+        colab = f"https://colab.research.google.com/github/posenc/posenc/blob/main/{notebook}"
+        binder = f"https://mybinder.org/v2/gh/posenc/posenc/main?urlpath=tree/{notebook}"
+        assert colab in text, chapter
+        assert binder in text, chapter
