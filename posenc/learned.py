@@ -11,9 +11,10 @@ failing with an opaque index error.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ._checks import as_positions, check_float, check_int
+from ._checks import as_positions, check_float, check_int, has_values
 
 __all__ = ["LearnedEmbedding"]
 
@@ -41,7 +42,10 @@ class LearnedEmbedding(nn.Module):
     ``(*positions.shape, dim)``; ``forward(seq_len)`` (an ``int``) returns rows
     ``offset .. offset+seq_len-1``, ``(seq_len, dim)``.  Add the result to
     token embeddings ``(..., seq, dim)``.  Positions outside
-    ``[0, max_positions)`` raise ``ValueError``.
+    ``[0, max_positions)`` raise ``ValueError``; under ``torch.compile`` or
+    ``torch.export``, where the values cannot be read while tracing, the
+    lookup's own bounds check raises a ``RuntimeError`` instead (a negative
+    position never wraps around to the last rows).
     """
 
     def __init__(
@@ -69,11 +73,16 @@ class LearnedEmbedding(nn.Module):
         if isinstance(positions, int) and not isinstance(positions, bool):
             seq_len = check_int("seq_len", positions, minimum=0)
             offset = check_int("offset", offset, minimum=0)
+            if seq_len and offset + seq_len > self.max_positions:  # checked without tensors
+                raise ValueError(
+                    f"position {offset + seq_len - 1} is past the learned table: max_positions="
+                    f"{self.max_positions} allows positions 0..{self.max_positions - 1}"
+                )
             positions = torch.arange(offset, offset + seq_len, device=self.weight.device)
         else:
             positions = as_positions("positions", positions, device=self.weight.device)
-        if positions.numel():
-            lo, hi = int(positions.min()), int(positions.max())
+        if positions.numel() and has_values(positions):
+            lo, hi = (int(t) for t in torch.aminmax(positions))
             if lo < 0:
                 raise ValueError(f"positions must be >= 0, got {lo}")
             if hi >= self.max_positions:
@@ -82,7 +91,8 @@ class LearnedEmbedding(nn.Module):
                     f"allows positions 0..{self.max_positions - 1}; a learned table has no rows "
                     "beyond the length it was built for"
                 )
-        return self.weight[positions]
+        # F.embedding, not weight[positions]: indexing would wrap a negative position
+        return F.embedding(positions, self.weight)
 
     def extra_repr(self) -> str:
         return f"max_positions={self.max_positions}, dim={self.dim}, init_std={self.init_std}"
