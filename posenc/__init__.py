@@ -12,6 +12,7 @@ module                 what lives there
 ``learned``            learned absolute position tables
 ``rope``               rotary embeddings (RoFormer): frequencies, cos/sin
                        tables, ``apply_rope``, the cached module
+``kv_cache``           a decoding cache whose keys are rotated once (``KVCache``)
 ``scaling``            RoPE context-extension scalings (PI, NTK, YaRN, Llama 3.1)
 ``convert``            checkpoint conversion between RoPE layouts
 ``multidim``           grid positions: the 2-D (N-D) sin-cos table of ViT/MAE/DETR
@@ -35,6 +36,7 @@ from . import _workarounds  # noqa: F401  (first: upstream fixes that affect eve
 from .alibi import *  # noqa: F403
 from .convert import *  # noqa: F403
 from .da_transformer import *  # noqa: F403
+from .kv_cache import *  # noqa: F403
 from .learned import *  # noqa: F403
 from .multidim import *  # noqa: F403
 from .rope import *  # noqa: F403

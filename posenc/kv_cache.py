@@ -1,0 +1,200 @@
+"""A key/value cache for decoding that stores keys already rotated: RoPE's rotate-once path.
+
+Decoding one token at a time, a model attends from the new queries to every
+key so far.  With RoPE there are two ways to keep those keys:
+
+* keep them as projected and rotate the whole cache again at every step
+  (what ``posenc.attention(q, k, v, encoding=rope)`` does when given the full
+  cache): O(cache length) rotations per step;
+* rotate each new key once, at its position, and cache it rotated (this
+  module; transformers' ``DynamicCache`` and torchtune's ``KVCache`` do the
+  same): O(new tokens) rotations per step, whatever the cache length and
+  however large the positions.
+
+The scores agree, since ``<R_m q, R_n k>`` depends only on ``n - m``; the
+attention itself then runs with no encoding on the rotated tensors, e.g.
+``posenc.attention(q_rot, keys, values, causal=True)``.  For a
+length-dependent scaling (dynamic NTK) the two differ past the original
+length: see :class:`posenc.RotaryEmbedding`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import as_positions, check_floating, check_int
+from .rope import RotaryEmbedding
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Keys (rotated once, at their positions) and values of the tokens decoded so far.
+
+    Shapes: ``batch`` items, ``heads`` query heads, ``kv_heads`` key/value
+    heads (``kv_heads`` divides ``heads``: grouped-query attention, 1 for
+    multi-query), head size ``d`` and value size ``d_v``.  ``n`` is the number
+    of new tokens in one :meth:`update` and ``length`` the number cached.
+
+    Parameters
+    ----------
+    rope
+        The :class:`posenc.RotaryEmbedding` that rotates new queries and keys,
+        or ``None`` to cache keys as given (no positional rotation).
+    capacity
+        Initial number of token slots.  Storage grows by doubling when an
+        update does not fit, so appending costs amortised O(1) copies per token.
+
+    Examples
+    --------
+    >>> rope = posenc.RotaryEmbedding(64, layout="half")
+    >>> cache = posenc.KVCache(rope)
+    >>> q, k, v = cache.update(q, k, v)   # prompt: positions 0 .. n-1
+    >>> out = posenc.attention(q, k, v, causal=True)
+    >>> q, k, v = cache.update(q1, k1, v1)  # one step: position n, keys (.., n+1, d)
+    """
+
+    def __init__(self, rope: RotaryEmbedding | None = None, *, capacity: int = 256):
+        if rope is not None and not isinstance(rope, RotaryEmbedding):
+            raise TypeError(
+                f"rope must be a posenc.RotaryEmbedding or None, got {type(rope).__name__}"
+            )
+        self.rope = rope
+        self._initial = check_int("capacity", capacity, minimum=1)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every cached token (the next update may have new shapes)."""
+        self._k = self._v = self._pos = None
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        """Number of cached tokens."""
+        return self._length
+
+    @property
+    def capacity(self) -> int:
+        """Number of token slots currently allocated."""
+        return 0 if self._k is None else self._k.shape[-2]
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """Cached keys ``(batch, kv_heads, length, d)``, rotated; ``None`` before any update."""
+        return None if self._k is None else self._k[:, :, : self._length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        """Cached values ``(batch, kv_heads, length, d_v)``; ``None`` before any update."""
+        return None if self._v is None else self._v[:, :, : self._length]
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        """Positions of the cached keys, int64 ``(batch, length)``; ``None`` before any update."""
+        return None if self._pos is None else self._pos[:, : self._length]
+
+    def update(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions=None):
+        """Rotate the new queries and keys at ``positions``, append keys and values.
+
+        Parameters
+        ----------
+        q
+            New queries ``(batch, heads, n, d)``.
+        k
+            New keys ``(batch, kv_heads, n, d)``, as projected (not rotated).
+        v
+            New values ``(batch, kv_heads, n, d_v)``.
+        positions
+            Integer positions of the new tokens: ``(n,)`` shared by the batch
+            or ``(batch, n)`` per item (a left-padded batch, where each item's
+            positions count its own tokens).  Default ``length .. length+n-1``.
+
+        Returns
+        -------
+        ``(q_rot, keys, values)``: the rotated queries ``(batch, heads, n, d)``
+        and every cached key and value, ``(batch, kv_heads, length, d)`` and
+        ``(batch, kv_heads, length, d_v)`` with ``length`` including the new
+        tokens (the last ``n``).  ``keys`` and ``values`` are views of the
+        cache's storage; later updates never change what they show.
+        Attend with no encoding, e.g. ``posenc.attention(q_rot, keys, values,
+        causal=True)``, adding a mask for padded keys where there are any.
+        """
+        q, k, v = self._check(q, k, v)
+        batch, n = k.shape[0], k.shape[-2]
+        if positions is None:
+            pos = torch.arange(self._length, self._length + n, device=k.device)
+        else:
+            pos = as_positions("positions", positions, device=k.device)
+            if pos.shape not in ((n,), (1, n), (batch, n)):
+                raise ValueError(
+                    f"positions must have shape (n,) = ({n},) or (batch, n) = ({batch}, {n}) "
+                    f"for n new tokens, got {tuple(pos.shape)}"
+                )
+        if self.rope is not None:
+            q, k = self.rope.rotate(q, k, pos, pos)
+        start, end = self._length, self._length + n
+        self._reserve(k, v, end)
+        self._k[:, :, start:end] = k
+        self._v[:, :, start:end] = v
+        self._pos[:, start:end] = pos
+        self._length = end
+        return q, self.keys, self.values
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self, q, k, v):
+        q = check_floating("q", q)
+        k = check_floating("k", k)
+        v = check_floating("v", v)
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dim() != 4:
+                raise ValueError(
+                    f"{name} must be 4-D (batch, heads, n, features), got shape {tuple(t.shape)}"
+                )
+        if not (q.dtype == k.dtype == v.dtype):
+            raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        if not (q.device == k.device == v.device):
+            raise ValueError(
+                f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+            )
+        if k.shape[:3] != v.shape[:3] or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+            raise ValueError(
+                f"q (batch, heads, n, d), k (batch, kv_heads, n, d) and v (batch, kv_heads, "
+                f"n, d_v) must agree in batch and n (and k, v in kv_heads), got "
+                f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            )
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(f"q and k must share d, got {q.shape[-1]} and {k.shape[-1]}")
+        if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+            raise ValueError(
+                f"kv_heads (k.shape[1] = {k.shape[1]}) must divide heads "
+                f"(q.shape[1] = {q.shape[1]})"
+            )
+        if k.shape[2] == 0:
+            raise ValueError("k must hold at least one new token (n >= 1)")
+        if self._k is not None:
+            want = (self._k.shape[:2], self._k.shape[-1], self._v.shape[-1])
+            got = (k.shape[:2], k.shape[-1], v.shape[-1])
+            if got != want or k.dtype != self._k.dtype or k.device != self._k.device:
+                raise ValueError(
+                    f"k and v must match the cached (batch, kv_heads), d, d_v, dtype and device "
+                    f"{want}, {self._k.dtype}, {self._k.device}; got {got}, {k.dtype}, "
+                    f"{k.device} (call reset() to start a new sequence)"
+                )
+        return q, k, v
+
+    def _reserve(self, k, v, needed: int) -> None:
+        """Make room for ``needed`` tokens, doubling the storage when it is full."""
+        if needed <= self.capacity:
+            return
+        size = max(needed, 2 * self.capacity, self._initial)
+        batch, heads, _, d = k.shape
+        new_k = k.new_empty(batch, heads, size, d)
+        new_v = v.new_empty(batch, heads, size, v.shape[-1])
+        new_pos = torch.zeros(batch, size, dtype=torch.int64, device=k.device)
+        if self._k is not None:
+            n = self._length
+            new_k[:, :, :n] = self._k[:, :, :n]
+            new_v[:, :, :n] = self._v[:, :, :n]
+            new_pos[:, :n] = self._pos[:, :n]
+        self._k, self._v, self._pos = new_k, new_v, new_pos
