@@ -179,3 +179,43 @@ def check_position_values(name: str, positions: torch.Tensor) -> None:
                 f"{name} must lie strictly within 2**31 = {MAX_POSITION} of 0, got values from "
                 f"{int(positions.min())} to {int(positions.max())}"
             )
+
+
+def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
+    """Return a caller's mask or bias for scores ``(*q.shape[:-2], q_len, k_len)``.
+
+    A boolean tensor is a keep-mask, a floating one is additive; other dtypes
+    are refused.  The shape is ``(q_len, k_len)`` or has one axis per score
+    axis, each of size 1 or equal; a 3-D tensor with 4-D ``q`` is refused as
+    ambiguous.  With more than 4 score axes, the batch axes are merged as
+    :func:`posenc.attention` merges those of ``q``.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bool and not t.is_floating_point():
+        raise TypeError(
+            f"{name} must be a boolean keep-mask (True = attend) or a floating additive mask, "
+            f"got dtype {t.dtype}; convert a 0/1 attention mask with {name}.bool()"
+        )
+    scores = (*q.shape[:-2], q.shape[-2], k_len)
+    full = len(scores)
+    names = {2: "(q_len, k_len)", 3: "(heads, q_len, k_len)"}.get(
+        full, "(batch, heads, q_len, k_len)" if full == 4 else "(*batch, heads, q_len, k_len)"
+    )
+    ok = t.dim() in (2, full) and all(
+        s in (1, want) for s, want in zip(t.shape, scores[-t.dim() :], strict=True)
+    )
+    if not ok:
+        message = (
+            f"{name} must have shape (q_len, k_len) = {scores[-2:]} or one axis per score axis "
+            f"{names} = {scores}, each of size 1 or equal; got shape {tuple(t.shape)}"
+        )
+        if t.dim() == 3 and full == 4:
+            message += (
+                f". A 3-D {name} is ambiguous (batch or heads first?): use {name}[:, None] "
+                f"for (batch, q_len, k_len) or {name}[None] for (heads, q_len, k_len)"
+            )
+        raise ValueError(message)
+    if t.dim() == full and full > 4:  # flatten the batch dimensions, as for q
+        t = t.expand(*scores[:-3], *t.shape[-3:]).reshape(-1, *t.shape[-3:])
+    return t

@@ -95,6 +95,7 @@ from ._checks import (
     check_float,
     check_floating,
     check_int,
+    check_mask,
     check_offset,
     check_position_values,
 )
@@ -571,7 +572,7 @@ def _prepare(q, k, v, mask, bias, causal, q_offset, q_positions, k_positions, sc
     caller = None
     for name, t in (("mask", mask), ("bias", bias)):
         if t is not None:
-            caller = _combine(caller, _as_4d(_check_mask(name, t, q, k_len)))
+            caller = _combine(caller, _as_4d(check_mask(name, t, q, k_len)))
     q_positions, k_positions = _positions(q, k_len, q_offset, q_positions, k_positions)
     return _Call(
         _to_4d(q), _to_4d(k), None if v is None else _to_4d(v), caller, q_offset,
@@ -605,39 +606,6 @@ def _to_4d(t: torch.Tensor) -> torch.Tensor:
     if t.dim() <= 4:
         return _as_4d(t)
     return t.reshape(-1, *t.shape[-3:])
-
-
-def _check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
-    """A caller's mask or bias: its kind (bool keep or float additive) and its shape."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.bool and not t.is_floating_point():
-        raise TypeError(
-            f"{name} must be a boolean keep-mask (True = attend) or a floating additive mask, "
-            f"got dtype {t.dtype}; convert a 0/1 attention mask with {name}.bool()"
-        )
-    scores = (*q.shape[:-2], q.shape[-2], k_len)
-    full = len(scores)
-    names = {2: "(q_len, k_len)", 3: "(heads, q_len, k_len)"}.get(
-        full, "(batch, heads, q_len, k_len)" if full == 4 else "(*batch, heads, q_len, k_len)"
-    )
-    ok = t.dim() in (2, full) and all(
-        s in (1, want) for s, want in zip(t.shape, scores[-t.dim() :], strict=True)
-    )
-    if not ok:
-        message = (
-            f"{name} must have shape (q_len, k_len) = {scores[-2:]} or one axis per score axis "
-            f"{names} = {scores}, each of size 1 or equal; got shape {tuple(t.shape)}"
-        )
-        if t.dim() == 3 and full == 4:
-            message += (
-                f". A 3-D {name} is ambiguous (batch or heads first?): use {name}[:, None] "
-                f"for (batch, q_len, k_len) or {name}[None] for (heads, q_len, k_len)"
-            )
-        raise ValueError(message)
-    if t.dim() == full and full > 4:  # flatten the batch dimensions, as for q
-        t = t.expand(*scores[:-3], *t.shape[-3:]).reshape(-1, *t.shape[-3:])
-    return t
 
 
 def _positions(q, k_len, q_offset, q_positions, k_positions):

@@ -240,3 +240,20 @@ def test_scheme_rejects_mismatched_heads():
         posenc.attention(q, q, q, encoding=posenc.ALiBi(4))
     with pytest.raises(ValueError, match="num_heads must be a positive integer"):
         posenc.ALiBi(0)
+
+
+def test_per_sample_positions_bias_by_loops():
+    """Positions (batch, len), as for a left-padded batch: -m_h |p_bi - s_bj| per sample."""
+    heads = 3
+    q = torch.randn(2, heads, 2, 4, dtype=torch.float64)
+    q_pos = torch.tensor([[3, 4], [0, 9]])
+    k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
+    bias = posenc.ALiBi(heads).bias(q, q, q_pos, k_pos, 1.0)
+    slopes = reference_slopes(heads)
+    assert bias.shape == (2, heads, 2, 5)
+    for b in range(2):
+        for h in range(heads):
+            for i in range(2):
+                for j in range(5):
+                    want = -slopes[h] * abs(int(q_pos[b, i]) - int(k_pos[b, j]))
+                    assert float(bias[b, h, i, j]) == pytest.approx(want, abs=1e-15)

@@ -306,3 +306,19 @@ def test_validation():
         DAAttention(2, normalize="relu")
     with pytest.raises(ValueError, match=r"DAAttention\(3\) needs q of shape \(..., num_heads=3"):
         attention(*(torch.randn(1, 2, 4, 3) for _ in range(3)), encoding=DAAttention(3))
+
+
+def test_per_sample_positions_coefficients_by_loops():
+    """Positions (batch, len): f(w_h |p_bi - s_bj|; v_h) per sample, heads before (q, k)."""
+    m = make()
+    q_pos = torch.tensor([[3, 4], [0, 9]])
+    k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
+    coef = m.coefficients(q_pos, k_pos, torch.float64)
+    assert coef.shape == (2, 3, 2, 5)
+    for b in range(2):
+        for h in range(3):
+            w, v = float(m.w[h].detach()), float(m.v[h].detach())
+            for i in range(2):
+                for j in range(5):
+                    want = sigmoid_formula(w * abs(int(q_pos[b, i]) - int(k_pos[b, j])), v)
+                    assert float(coef[b, h, i, j]) == pytest.approx(want, rel=1e-12)

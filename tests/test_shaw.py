@@ -208,3 +208,23 @@ def test_bad_input():
         posenc.attention(
             torch.randn(5, 8), torch.randn(3, 8), torch.randn(3, 8), encoding=m, causal=True
         )
+
+
+def test_per_sample_positions_key_term_by_loops():
+    """Positions (batch, len): scale * q_bhi . a^K[clip(s_bj - p_bi)] per sample."""
+    m = make(head_dim=4, max_distance=2)
+    q = torch.randn(2, 3, 2, 4, dtype=torch.float64)
+    q_pos = torch.tensor([[3, 4], [0, 9]])
+    k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
+    bias = m.bias(q, q, q_pos, k_pos, 0.5).detach()
+    a_k = m.key_embeddings.detach()
+    assert bias.shape == (2, 3, 2, 5)
+    for b in range(2):
+        for h in range(3):
+            for i in range(2):
+                for j in range(5):
+                    label = max(-2, min(2, int(k_pos[b, j]) - int(q_pos[b, i]))) + 2
+                    want = 0.5 * sum(
+                        float(x) * float(y) for x, y in zip(q[b, h, i], a_k[label], strict=True)
+                    )
+                    assert float(bias[b, h, i, j]) == pytest.approx(want, abs=1e-12)

@@ -234,3 +234,19 @@ def test_scheme_rejects_mismatched_heads_and_bad_sizes():
     with pytest.raises(ValueError, match="q_len must be a positive integer"):
         m(0)
     assert m.materializes_bias is True and isinstance(m, torch.nn.Module)
+
+
+def test_per_sample_positions_bias_by_loops():
+    """Positions (batch, len): weight[bucket(s_bj - p_bi), h] per sample, heads before (q, k)."""
+    m = posenc.T5RelativeBias(3, num_buckets=8, max_distance=20).double()
+    q_pos = torch.tensor([[3, 4], [0, 30]])
+    k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
+    bias = m.bias_from_positions(q_pos, k_pos).detach()
+    assert bias.shape == (2, 3, 2, 5)
+    for b in range(2):
+        for i in range(2):
+            for j in range(5):
+                rel = int(k_pos[b, j]) - int(q_pos[b, i])
+                bucket = int(posenc.t5_relative_bucket([rel], num_buckets=8, max_distance=20)[0])
+                for h in range(3):
+                    assert float(bias[b, h, i, j]) == float(m.weight[bucket, h].detach())
