@@ -694,3 +694,24 @@ def test_traced_positions_beyond_two_to_the_31_give_nan():
     x = torch.randn(3, 8)
     y = compiled(posenc.apply_rope)(x, torch.tensor([0, 2**40, 2]))
     assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()
+
+
+@pytest.mark.skipif(not hasattr(posenc.RopeScaling, "longrope"), reason="needs longrope")
+def test_longrope_switches_at_the_original_length_eager_cached_and_compiled():
+    s = posenc.RopeScaling.longrope([1.0, 1.5, 2.0, 4.0], [1.0, 3.0, 6.0, 16.0], 16, 4.0)
+    m = posenc.RotaryEmbedding(8, scaling=s)
+    x = torch.randn(2, 24, 8, dtype=torch.float64)
+    factor = s.attention_factor
+    for n, divisors in ((16, [1.0, 1.5, 2.0, 4.0]), (24, [1.0, 3.0, 6.0, 16.0])):
+        omega = [10000.0 ** (-2 * i / 8) / divisors[i] for i in range(4)]
+        want = torch.empty(2, n, 8, dtype=torch.float64)
+        for p in range(n):
+            for i, w in enumerate(omega):
+                c, si = math.cos(p * w), math.sin(p * w)
+                a, b = x[:, p, 2 * i], x[:, p, 2 * i + 1]
+                want[:, p, 2 * i], want[:, p, 2 * i + 1] = a * c - b * si, a * si + b * c
+        want = factor * want
+        assert (m(x[:, :n]) - want).abs().max().item() < 1e-12  # cached table / direct
+        assert (posenc.apply_rope(x[:, :n], scaling=s) - want).abs().max().item() < 1e-12
+        got = compiled(m.rotate)(x[:, :n], x[:, :n], torch.arange(n), torch.arange(n))
+        assert (got[1] - want).abs().max().item() < 1e-12
