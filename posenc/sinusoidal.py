@@ -5,8 +5,11 @@ frequencies ``w_i = base ** (-2 i / dim)``, i = 0 .. dim/2 - 1.  Two layouts of
 the same numbers are in use:
 
 * ``"interleaved"`` (the paper): ``[sin(p w_0), cos(p w_0), sin(p w_1), cos(p w_1), ...]``;
-* ``"concat"`` (tensor2tensor, fairseq, x-transformers): all sines, then all
-  cosines, ``[sin(p w_0), ..., sin(p w_{d/2-1}), cos(p w_0), ..., cos(p w_{d/2-1})]``.
+* ``"half"`` (tensor2tensor, fairseq, x-transformers): all sines, then all
+  cosines, ``[sin(p w_0), ..., sin(p w_{d/2-1}), cos(p w_0), ..., cos(p w_{d/2-1})]``;
+  feature ``i`` pairs with ``i + d/2``, the pairing :mod:`posenc.rope` calls
+  ``"half"`` too.  (The name ``"concat"``, used here before, is refused with a
+  pointer to ``"half"``.)
 
 Angles are never formed in low precision: the table is built by
 :mod:`posenc._angles`, which is accurate to a few float32 units of roundoff at
@@ -28,7 +31,17 @@ __all__ = [
     "SinusoidalEmbedding",
 ]
 
-LAYOUTS = ("interleaved", "concat")
+LAYOUTS = ("interleaved", "half")
+
+
+def _check_layout(layout) -> str:
+    if layout == "concat":
+        raise ValueError(
+            "layout must be 'interleaved' or 'half', got 'concat': the layout with sines in "
+            "features 0 .. dim/2-1 and cosines in dim/2 .. dim-1 is called 'half' (as in RoPE); "
+            "use layout='half'"
+        )
+    return check_choice("layout", layout, LAYOUTS)
 
 
 def sinusoidal_inv_freq(dim: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
@@ -66,7 +79,7 @@ def sinusoidal_table(
         The wavelength scale (10000 in the paper): ``w_i = base ** (-2 i / dim)``.
     layout
         ``"interleaved"``: columns ``2i, 2i+1`` hold ``sin(p w_i), cos(p w_i)``
-        (the paper).  ``"concat"``: column ``i`` holds ``sin(p w_i)`` and column
+        (the paper).  ``"half"``: column ``i`` holds ``sin(p w_i)`` and column
         ``i + dim/2`` holds ``cos(p w_i)`` (tensor2tensor, fairseq).
     dtype
         Floating-point output dtype.  float32 and float64 are computed in
@@ -82,7 +95,7 @@ def sinusoidal_table(
     """
     num_positions = check_int("num_positions", num_positions, minimum=0)
     dim = check_even("dim", dim)
-    layout = check_choice("layout", layout, LAYOUTS)
+    layout = _check_layout(layout)
     dtype = _check_dtype(dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, device=device)
     work = _angles.compute_dtype(dtype)
@@ -112,10 +125,10 @@ def sinusoidal_shift_matrix(
     Returns
     -------
     Tensor ``(dim, dim)``, block diagonal for ``layout="interleaved"``; for
-    ``"concat"`` the same blocks with rows and columns ``(i, i + dim/2)``.
+    ``"half"`` the same blocks with rows and columns ``(i, i + dim/2)``.
     """
     shift = check_int("shift", shift)
-    layout = check_choice("layout", layout, LAYOUTS)
+    layout = _check_layout(layout)
     angle = shift * sinusoidal_inv_freq(dim, base=base)
     c, s = angle.cos(), angle.sin()
     half = dim // 2
@@ -158,7 +171,7 @@ class SinusoidalEmbedding(nn.Module):
         super().__init__()
         self.dim = check_even("dim", dim)
         self.base = check_float("base", base, positive=True)
-        self.layout = check_choice("layout", layout, LAYOUTS)
+        self.layout = _check_layout(layout)
         self.scale = check_float("scale", scale)
         self.register_buffer("_cache", torch.empty(0, self.dim), persistent=False)
 

@@ -39,7 +39,7 @@ def rotation_map(k, dim, base=10000.0):
     return m
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("dim,base", [(2, 10000.0), (16, 10000.0), (10, 100.0)])
 def test_golden_float64(layout, dim, base):
     table = posenc.sinusoidal_table(37, dim, base=base, layout=layout, dtype=torch.float64)
@@ -47,7 +47,7 @@ def test_golden_float64(layout, dim, base):
     assert err < 1e-13, err
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_float32_error_bound_at_a_million(layout):
     n, dim = 10**6, 8
     table = posenc.sinusoidal_table(n, dim, layout=layout)
@@ -69,10 +69,10 @@ def test_float32_error_bound_at_a_million(layout):
 def test_layouts_are_a_column_permutation():
     dim = 12
     inter = posenc.sinusoidal_table(50, dim, dtype=torch.float64)
-    concat = posenc.sinusoidal_table(50, dim, layout="concat", dtype=torch.float64)
+    half = posenc.sinusoidal_table(50, dim, layout="half", dtype=torch.float64)
     perm = [2 * i for i in range(dim // 2)] + [2 * i + 1 for i in range(dim // 2)]
     # the two layouts take different code paths, so allow a unit of float64 roundoff
-    assert (inter[:, perm] - concat).abs().max() < 1e-15
+    assert (inter[:, perm] - half).abs().max() < 1e-15
 
 
 @pytest.mark.parametrize("k", [1, 5, 123, -7])
@@ -92,11 +92,11 @@ def test_linear_map_property(k):
 def test_shift_matrix_matches_explicit_rotations(k):
     m = posenc.sinusoidal_shift_matrix(k, 10, base=50.0)
     assert (m - rotation_map(k, 10, base=50.0)).abs().max() < 1e-15
-    # concat: the same map, with rows and columns permuted like the table's columns
+    # half: the same map, with rows and columns permuted like the table's columns
     perm = [2 * i for i in range(5)] + [2 * i + 1 for i in range(5)]
-    mc = posenc.sinusoidal_shift_matrix(k, 10, base=50.0, layout="concat")
+    mc = posenc.sinusoidal_shift_matrix(k, 10, base=50.0, layout="half")
     assert (mc - m[perm][:, perm]).abs().max() < 1e-15
-    table = posenc.sinusoidal_table(40, 10, base=50.0, layout="concat", dtype=torch.float64)
+    table = posenc.sinusoidal_table(40, 10, base=50.0, layout="half", dtype=torch.float64)
     p = torch.arange(5, 20)
     assert (table[p + k] - table[p] @ mc.T).abs().max() < 1e-12
 
@@ -105,7 +105,7 @@ def test_shift_matrix_matches_explicit_rotations(k):
     n=st.integers(1, 300),
     half=st.integers(1, 24),
     base=st.floats(2.0, 1e5),
-    layout=st.sampled_from(["interleaved", "concat"]),
+    layout=st.sampled_from(["interleaved", "half"]),
 )
 def test_properties(n, half, base, layout):
     dim = 2 * half
@@ -146,7 +146,8 @@ def test_empty_and_device():
         (dict(num_positions=4, dim=7), ValueError, "dim must be an even"),
         (dict(num_positions=4, dim=0), ValueError, "dim"),
         (dict(num_positions=4.0, dim=4), TypeError, "num_positions"),
-        (dict(num_positions=4, dim=4, layout="half"), ValueError, "layout must be one of"),
+        (dict(num_positions=4, dim=4, layout="neox"), ValueError, "layout must be one of"),
+        (dict(num_positions=4, dim=4, layout="concat"), ValueError, "use layout='half'"),
         (dict(num_positions=4, dim=4, dtype=torch.int64), TypeError, "dtype must be a floating"),
         (dict(num_positions=4, dim=4, base=-1.0), ValueError, "base must be > 0"),
     ],
@@ -170,12 +171,12 @@ def test_module_adds_table_and_has_no_parameters():
 
 
 def test_module_regrows_past_any_length():
-    emb = posenc.SinusoidalEmbedding(6, layout="concat")
+    emb = posenc.SinusoidalEmbedding(6, layout="half")
     emb(torch.zeros(4, 6))
     assert emb._cache.shape[0] == 4
     out = emb(torch.zeros(1000, 6, dtype=torch.float64))
     assert emb._cache.shape[0] >= 1000 and emb._cache.dtype == torch.float64
-    assert torch.allclose(out, golden(1000, 6, layout="concat"), atol=1e-12)
+    assert torch.allclose(out, golden(1000, 6, layout="half"), atol=1e-12)
 
 
 def test_module_cast_to_bf16_is_not_degraded():
@@ -191,6 +192,15 @@ def test_module_cast_to_bf16_is_not_degraded():
     # whereas a bf16 table at these positions is off by up to half a bf16 unit of 1
     degraded = golden(3000, 16).to(torch.bfloat16).double() - golden(3000, 16)
     assert degraded.abs().max() > 1e-3
+
+
+def test_concat_is_refused_everywhere_with_a_pointer_to_half():
+    with pytest.raises(
+        ValueError, match="layout must be 'interleaved' or 'half'.*use layout='half'"
+    ):
+        posenc.SinusoidalEmbedding(8, layout="concat")
+    with pytest.raises(ValueError, match="use layout='half'"):
+        posenc.sinusoidal_shift_matrix(1, 8, layout="concat")
 
 
 def test_module_encode_and_errors():
