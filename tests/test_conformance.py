@@ -63,13 +63,8 @@ OUTPUT_NOT_WEIGHTS_TIMES_V = {"shaw_values"}
 # Schemes whose rows do not sum to 1 where a key is visible (ReLU then row sum).
 ROWS_MAY_BE_EMPTY = {"da_row_sum"}
 
-# Known gaps of code owned elsewhere, each marked strict so that the fix is noticed.
-XFAIL = {}
-
 
 def make(name, dtype=torch.float64, device="cpu"):
-    if (name, "any") in XFAIL:
-        pytest.xfail(XFAIL[(name, "any")])
     scheme = SCHEMES[name]()
     if isinstance(scheme, torch.nn.Module):
         scheme = scheme.to(device=device, dtype=dtype)
@@ -82,12 +77,6 @@ def qkv(batch=2, q_len=5, k_len=5, kv_heads=HEADS, dtype=torch.float64, seed=0):
     k = torch.randn(batch, kv_heads, k_len, HEAD_DIM, generator=g, dtype=dtype)
     v = torch.randn(batch, kv_heads, k_len, HEAD_DIM, generator=g, dtype=dtype)
     return q, k, v
-
-
-def expect_failure(name, check):
-    """Mark a known, owned-elsewhere failure of ``check`` for scheme ``name``."""
-    if (name, check) in XFAIL:
-        pytest.xfail(XFAIL[(name, check)])
 
 
 ALL = list(SCHEMES)
@@ -203,7 +192,6 @@ def test_head_count_that_does_not_divide_is_refused(name):
 @pytest.mark.parametrize("name", ALL)
 def test_left_padded_sample_equals_the_sample_alone(name):
     """A left-padded batch with per-sample positions gives each sample its unpadded result."""
-    expect_failure(name, "per-sample positions")
     scheme = make(name)
     q, k, v = qkv(batch=2, q_len=6, k_len=6)
     pad = 2
@@ -222,7 +210,6 @@ def test_left_padded_sample_equals_the_sample_alone(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_per_sample_positions_equal_one_call_per_sample(name):
-    expect_failure(name, "per-sample positions")
     scheme = make(name)
     q, k, v = qkv(batch=2, q_len=3, k_len=5, kv_heads=2)
     k_pos = torch.tensor([[0, 1, 2, 3, 4], [10, 12, 13, 17, 18]])
@@ -298,7 +285,6 @@ def _traced_inputs():
 @pytest.mark.parametrize("name", ALL)
 def test_compiles_with_no_graph_break(name):
     """fullgraph=True raises on any graph break; the eager backend keeps this test cheap."""
-    expect_failure(name, "compile")
     scheme = make(name, dtype=torch.float32)
     module = _Attend(scheme)
     inputs = _traced_inputs()
@@ -313,7 +299,6 @@ def test_compiles_with_no_graph_break(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_exports(name):
-    expect_failure(name, "export")
     scheme = make(name, dtype=torch.float32)
     module = _Attend(scheme)
     inputs = _traced_inputs()
@@ -340,7 +325,6 @@ def test_gradcheck(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_meta_tensors(name):
-    expect_failure(name, "meta")
     scheme = make(name, dtype=torch.float32, device="meta")
     q, k, v = (t.to("meta") for t in qkv(kv_heads=2, dtype=torch.float32))
     keep = torch.ones(2, 1, 1, 5, dtype=torch.bool, device="meta")
