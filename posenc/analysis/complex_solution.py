@@ -18,6 +18,7 @@ import torch
 
 from .._angles import cos_sin
 from .._checks import check_even, check_float, check_int, check_tensor
+from ..sinusoidal import sinusoidal_inv_freq
 
 __all__ = [
     "toeplitz_projection",
@@ -132,8 +133,7 @@ def complex_sinusoid(
     if dtype not in (torch.complex64, torch.complex128):
         raise TypeError(f"dtype must be torch.complex64 or torch.complex128, got {dtype}")
     real = torch.float64 if dtype == torch.complex128 else torch.float32
-    exponent = torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim
-    inv_freq = base**-exponent
+    inv_freq = sinusoidal_inv_freq(dim, base=base, device=device)
     cos, sin = cos_sin(None, inv_freq, num_positions=num_positions, dtype=real)
     return torch.complex(cos, sin)
 

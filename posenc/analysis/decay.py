@@ -29,6 +29,7 @@ from scipy.integrate import quad_vec
 from scipy.special import sici
 
 from .._checks import check_even, check_float, check_int, check_tensor
+from ..sinusoidal import sinusoidal_inv_freq
 
 __all__ = [
     "sinusoid_decay_integral",
@@ -166,12 +167,6 @@ def oscillatory_integral(
     return _wrap(np.asarray(value, dtype=np.complex128).reshape(xs.shape), device)
 
 
-def _frequencies(dim: int, base: float, device) -> torch.Tensor:
-    """theta_k = base**(-2k/dim), k = 0 .. dim/2-1, in float64."""
-    k = torch.arange(dim // 2, device=device, dtype=torch.float64)
-    return torch.pow(torch.tensor(base, dtype=torch.float64, device=device), -2.0 * k / dim)
-
-
 def _as_distance(distance) -> torch.Tensor:
     if isinstance(distance, torch.Tensor):
         if distance.is_complex() or distance.dtype == torch.bool:
@@ -213,7 +208,7 @@ def sinusoid_dot_product(distance, dim: int, base: float = 10000.0) -> torch.Ten
     dim = check_even("dim", dim)
     base = _check_base(base)
     x = _as_distance(distance)
-    return torch.cos(x[..., None] * _frequencies(dim, base, x.device)).sum(-1)
+    return torch.cos(x[..., None] * sinusoidal_inv_freq(dim, base=base, device=x.device)).sum(-1)
 
 
 def rope_decay_bound(distance, dim: int = 128, base: float = 10000.0) -> torch.Tensor:
@@ -252,7 +247,7 @@ def rope_decay_bound(distance, dim: int = 128, base: float = 10000.0) -> torch.T
     dim = check_even("dim", dim)
     base = _check_base(base)
     x = _as_distance(distance)
-    angle = x[..., None] * _frequencies(dim, base, x.device)
+    angle = x[..., None] * sinusoidal_inv_freq(dim, base=base, device=x.device)
     # Partial sums S_1 .. S_{d/2}: cumulative sums of cos and sin, then the modulus.
     s = torch.hypot(torch.cos(angle).cumsum(-1), torch.sin(angle).cumsum(-1))
     return s.mean(-1)
@@ -294,7 +289,9 @@ class TrainableFrequencies(torch.nn.Module):
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         self.dim, self.base = dim, base
-        self.theta = torch.nn.Parameter(_frequencies(dim, base, device).to(dtype))
+        self.theta = torch.nn.Parameter(
+            sinusoidal_inv_freq(dim, base=base, device=device).to(dtype)
+        )
 
     def forward(self, distance: torch.Tensor) -> torch.Tensor:
         """``g(x)`` for distances ``(...)``; returns ``(...)`` in the parameter dtype."""

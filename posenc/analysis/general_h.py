@@ -22,7 +22,7 @@ import torch
 
 from .._checks import check_even, check_float, check_floating, check_int
 from ..scheme import attention
-from ..sinusoidal import sinusoidal_table
+from ..sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 
 __all__ = [
     "diagonal_form_terms",
@@ -70,7 +70,7 @@ def diagonal_form_terms(
     dim = check_even("len(h)", h.shape[0])
     base = check_float("base", base, positive=True)
     h = h.to(torch.float64)
-    theta = base ** (-2.0 * torch.arange(dim // 2, device=h.device, dtype=torch.float64) / dim)
+    theta = sinusoidal_inv_freq(dim, base=base, device=h.device)
     m = torch.as_tensor(m, device=h.device).to(torch.float64)[..., None]
     n = torch.as_tensor(n, device=h.device).to(torch.float64)[..., None]
     s, c = h[0::2], h[1::2]
