@@ -76,6 +76,6 @@ def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     fake and meta tensors do not.
     """
     t = torch.empty(*shape, dtype=dtype, device=device)
-    if torch.compiler.is_compiling() or type(t) is not torch.Tensor:
+    if torch.compiler.is_compiling() or type(t) is not torch.Tensor or t.device.type != "cpu":
         return t
     return advise_huge_pages(t)

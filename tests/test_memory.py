@@ -63,3 +63,22 @@ def test_non_cpu_and_small_tensors_are_returned_unchanged():
     assert _memory.advise_huge_pages(t) is t
     m = torch.empty(_memory.MIN_BYTES, dtype=torch.uint8, device="meta")
     assert _memory.advise_huge_pages(m) is m
+
+
+def test_plain_empty_under_tracing_and_for_fake_or_meta_tensors(monkeypatch):
+    calls = []
+    monkeypatch.setattr(_memory, "advise_huge_pages", lambda t: calls.append(t) or t)
+    n = _memory.MIN_BYTES // 4 + 1
+    m = _memory.empty(n, dtype=torch.float32, device="meta")
+    assert m.device.type == "meta" and calls == []
+    with torch._subclasses.FakeTensorMode():
+        f = _memory.empty(n, dtype=torch.float32)
+    assert isinstance(f, torch._subclasses.FakeTensor) and calls == []
+    torch._dynamo.reset()
+    traced = torch.compile(
+        lambda x: _memory.empty(*x.shape, dtype=x.dtype).copy_(x), fullgraph=True, backend="eager"
+    )
+    x = torch.randn(3)
+    assert torch.equal(traced(x), x) and calls == []  # no ctypes call inside the graph
+    _memory.empty(n, dtype=torch.float32)
+    assert len(calls) == 1  # eager CPU: advised
