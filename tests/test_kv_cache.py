@@ -290,3 +290,17 @@ def test_dynamic_ntk_cached_decoding_matches_transformers_generate():
         assert (full[0, 0, row] - torch.tensor(want)).abs().max().item() < 2e-6, row
     # and the two really differ past the original length (the test can tell them apart)
     assert (cache.keys[0, 0, 16] - full[0, 0, 16]).abs().max().item() > 0.1
+
+
+def test_meta_tensors():
+    rope = posenc.RotaryEmbedding(8, scaling=posenc.RopeScaling.dynamic_ntk(2.0, 4))
+    cache = posenc.KVCache(rope)
+
+    def meta(*shape):
+        return torch.empty(*shape, device="meta")
+
+    pos = torch.zeros(2, 3, dtype=torch.long, device="meta")
+    q, k, v = cache.update(meta(2, 4, 3, 8), meta(2, 2, 3, 8), meta(2, 2, 3, 5), pos)
+    assert q.shape == (2, 4, 3, 8) and k.shape == (2, 2, 3, 8) and v.device.type == "meta"
+    _, k, _ = cache.update(meta(2, 4, 1, 8), meta(2, 2, 1, 8), meta(2, 2, 1, 5))
+    assert k.shape == (2, 2, 4, 8) and cache.positions.device.type == "meta"
