@@ -14,12 +14,18 @@ itself.  The strategies alternate within each repeat so that they see the same m
 load; medians over repeats are printed side by side with their ratio.  The cache grows
 by one key per repeat (1k becomes 1k + repeats), which does not change the picture.
 
-Memory: the peak growth of the process's resident set during one call, in MiB
-(Linux: ``VmHWM`` after resetting it through ``/proc/self/clear_refs``, minus
-``VmRSS`` before the call).  It counts memory the call newly touches: large
-temporaries are fresh mappings and show up in full; small ones recycled from
-the allocator's free lists do not, so it is a lower bound on what the call
-allocates.  It is "n/a" where the kernel does not offer it.
+Memory, two measures of one call, in MiB:
+
+* ``torch peak``: the peak of tensor memory that the call allocates and still holds,
+  from ``torch.profiler``'s allocation records (``profile_memory=True``): each op's
+  own allocations count from its start, frees from when they happen.  It sees every
+  tensor the call creates, including memory that the allocator recycles, but not a
+  temporary that one op both allocates and frees inside itself;
+* ``RSS``: the peak growth of the process's resident set (Linux: ``VmHWM`` after
+  resetting it through ``/proc/self/clear_refs``, minus ``VmRSS`` before).  It counts
+  only memory the call newly touches: large temporaries are fresh mappings and show up
+  in full, small ones recycled from the allocator's free lists do not.  "n/a" where the
+  kernel does not offer it.
 
 Last, one step at position 3,000,000, where a table over every position up to the
 current one (what ``RotaryEmbedding`` built before) would hold 3e6 x 64 x 2 float32
@@ -41,6 +47,25 @@ import torch
 import posenc
 
 BATCH, HEADS, KV_HEADS, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B-like attention, one layer
+
+
+def torch_peak_mib(fn):
+    """Peak tensor memory allocated and held during ``fn()``, from torch.profiler, in MiB."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        fn()
+    deltas = []
+    for e in prof.events():
+        if e.name == "[memory]":  # allocations and frees outside any op; frees mostly
+            deltas.append((e.time_range.start, e.cpu_memory_usage))
+        elif e.self_cpu_memory_usage > 0:  # what an op allocated (net of its own frees)
+            deltas.append((e.time_range.start, e.self_cpu_memory_usage))
+    held = peak = 0
+    for _, d in sorted(deltas, key=lambda t: t[0]):
+        held += d
+        peak = max(peak, held)
+    return peak / 2**20
 
 
 def peak_rss_growth_mib(fn):
@@ -95,7 +120,7 @@ def bench(length, repeats):
             fn()
             times[name].append(time.perf_counter() - t0)
     med = {s: statistics.median(ts) for s, ts in times.items()}
-    mem = {s: peak_rss_growth_mib(fn) for s, fn in steps.items()}
+    mem = {s: (torch_peak_mib(fn), peak_rss_growth_mib(fn)) for s, fn in steps.items()}
     return med, mem
 
 
@@ -132,21 +157,22 @@ def main():
         f"{HEADS} query heads, {KV_HEADS} key/value heads, head_dim {HEAD_DIM}, float32; "
         f"{args.repeats} repeats"
     )
-    head = (
-        f"{'cache keys':>10s} {'re-rotate ms':>13s} {'rotate-once ms':>15s} {'ratio':>7s}"
-        f" {'peak MiB re-rotate':>19s} {'peak MiB once':>14s}"
+    print(f"{'':10s} {'median ms per step':^38s} {'torch peak MiB':^19s} {'RSS growth MiB':^19s}")
+    print(
+        f"{'cache keys':>10s} {'re-rotate':>12s} {'rotate-once':>12s} {'ratio':>12s}"
+        f" {'re-rotate':>9s} {'once':>9s} {'re-rotate':>9s} {'once':>9s}"
     )
-    print(head)
 
     def fmt(m):
-        return f"{m:19.1f}" if m is not None else f"{'n/a':>19s}"
+        return f"{m:9.1f}" if m is not None else f"{'n/a':>9s}"
 
     for length in (1024, 4096, 16384):
         med, mem = bench(length, args.repeats)
         a, b = med["re-rotate"], med["rotate-once"]
+        (tr, rr), (to, ro) = mem["re-rotate"], mem["rotate-once"]
         print(
-            f"{length:10d} {1e3 * a:13.2f} {1e3 * b:15.2f} {a / b:6.1f}x"
-            f" {fmt(mem['re-rotate'])} {fmt(mem['rotate-once'])[5:]}"
+            f"{length:10d} {1e3 * a:12.2f} {1e3 * b:12.2f} {a / b:11.1f}x"
+            f" {fmt(tr)} {fmt(to)} {fmt(rr)} {fmt(ro)}"
         )
     print("\none step at position 3,000,000 (a table up to it would be 1.5 GB):")
     for name, fn in far_step().items():
@@ -154,9 +180,12 @@ def main():
         t0 = time.perf_counter()
         fn()
         dt = time.perf_counter() - t0
-        mem = peak_rss_growth_mib(fn)
-        shown = f"{mem:.1f} MiB" if mem is not None else "n/a"
-        print(f"  {name:22s} {1e3 * dt:8.2f} ms, peak resident growth {shown}")
+        rss = peak_rss_growth_mib(fn)
+        shown = f"{rss:.1f} MiB" if rss is not None else "n/a"
+        print(
+            f"  {name:22s} {1e3 * dt:8.2f} ms, torch peak {torch_peak_mib(fn):.2f} MiB, "
+            f"RSS growth {shown}"
+        )
 
 
 if __name__ == "__main__":
