@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.func import grad, jacrev
 
 from .._checks import check_float, check_floating, check_int
@@ -78,7 +79,10 @@ class AttentionReadout(torch.nn.Module):
         x = check_floating("x", x, min_dim=2)
         if x.shape[-1] != self.wq.shape[0]:
             raise ValueError(f"x must have last dimension {self.wq.shape[0]}, got {x.shape[-1]}")
-        out = attention(x @ self.wq, x @ self.wk, x @ self.wv)
+        # Second derivatives need SDPA's math kernel: the fused CPU kernel's backward
+        # has no derivative of its own.
+        with sdpa_kernel(SDPBackend.MATH):
+            out = attention(x @ self.wq, x @ self.wk, x @ self.wv)
         return (out @ self.readout).sum(-1)
 
 
