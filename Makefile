@@ -13,7 +13,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: book test lint unit notebooks site browser browser-deps env clean
+.PHONY: book test lint unit notebooks site browser browser-deps env clean run
 
 env: $(VENV)/.installed
 
@@ -55,6 +55,12 @@ browser: book browser-deps
 	$(BIN)/pytest tests/test_browser.py
 
 test: lint unit site browser
+
+# Restart-and-run-all of one chapter, as it must be before a commit:
+#   make run NB=book/rope.ipynb
+run: env
+	$(BIN)/jupyter execute --inplace $(NB)
+	$(BIN)/python .ci/strip_timings.py $(NB)
 
 clean:
 	rm -rf _build
