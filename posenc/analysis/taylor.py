@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.func import grad, jacrev
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .._checks import check_float, check_floating, check_int
 from ..scheme import attention
