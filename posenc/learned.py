@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import as_positions, check_float, check_int, has_values
+from ._checks import as_positions, check_float, check_float_dtype, check_int, has_values
 
 __all__ = ["LearnedEmbedding"]
 
@@ -55,9 +55,7 @@ class LearnedEmbedding(nn.Module):
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
         self.dim = check_int("dim", dim, minimum=1)
         self.init_std = check_float("init_std", init_std, minimum=0.0)
-        dtype = torch.float32 if dtype is None else dtype
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        dtype = check_float_dtype("dtype", torch.float32 if dtype is None else dtype)
         self.weight = nn.Parameter(
             torch.empty(self.max_positions, self.dim, device=device, dtype=dtype)
         )

@@ -46,10 +46,10 @@ from __future__ import annotations
 import torch
 
 from . import _angles, _memory
-from ._checks import as_positions, check_choice, check_float, check_int
+from ._checks import as_positions, check_choice, check_float, check_float_dtype, check_int
 from .rope import _check_x, _rotate, _rotate_functional, rope_frequencies
 from .sinusoidal import LAYOUTS as SINUSOIDAL_LAYOUTS
-from .sinusoidal import _check_dtype, sinusoidal_inv_freq, sinusoidal_table
+from .sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 
 __all__ = [
     "grid_positions",
@@ -110,7 +110,7 @@ def axial_sinusoidal_encoding(
     dim = _check_axial_dim(dim, num_axes)
     base = check_float("base", base, positive=True)
     layout = check_choice("layout", layout, SINUSOIDAL_LAYOUTS)
-    dtype = _check_dtype(dtype)
+    dtype = check_float_dtype("dtype", dtype)
     sub = dim // num_axes
     omega = sinusoidal_inv_freq(sub, base=base, device=pos.device)
     cos, sin = _angles.cos_sin(pos, omega, dtype=_angles.compute_dtype(dtype))  # (..., n, sub/2)
@@ -154,7 +154,7 @@ def sinusoidal_table_2d(
     height = check_int("height", height, minimum=0)
     width = check_int("width", width, minimum=0)
     dim = _check_axial_dim(dim, 2)
-    dtype = _check_dtype(dtype)
+    dtype = check_float_dtype("dtype", dtype)
     work = _angles.compute_dtype(dtype)
     kw = {"base": base, "layout": layout, "dtype": work, "device": device}
     rows = sinusoidal_table(height, dim // 2, **kw)  # exact angle addition, per axis
@@ -196,8 +196,7 @@ def axial_rope_cos_sin(
     num_axes = pos.shape[-1]
     dim = _check_axial_dim(dim, num_axes)
     base = check_float("base", base, positive=True)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    dtype = check_float_dtype("dtype", dtype)
     omega = rope_frequencies(dim // num_axes, base=base).to(pos.device)
     cos, sin = _angles.cos_sin(pos, omega, dtype=dtype)  # (..., n, dim / (2n))
     return cos.flatten(-2), sin.flatten(-2)

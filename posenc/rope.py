@@ -66,6 +66,7 @@ from ._checks import (
     check_choice,
     check_even,
     check_float,
+    check_float_dtype,
     check_floating,
     check_int,
     check_position_values,
@@ -158,8 +159,7 @@ def rope_cos_sin(
     dim = check_even("dim", dim)
     base = check_float("base", base, positive=True)
     scaling = _check_scaling(scaling)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    dtype = check_float_dtype("dtype", dtype)
     if seq_len is not None:
         seq_len = check_int("seq_len", seq_len, minimum=0)
     start, count, pos = _split_positions(positions, device)

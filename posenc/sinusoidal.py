@@ -22,7 +22,15 @@ import torch
 from torch import nn
 
 from . import _angles, _memory
-from ._checks import as_positions, check_choice, check_even, check_float, check_int
+from ._checks import (
+    as_positions,
+    check_choice,
+    check_even,
+    check_float,
+    check_float_dtype,
+    check_floating,
+    check_int,
+)
 
 __all__ = [
     "sinusoidal_inv_freq",
@@ -50,12 +58,6 @@ def sinusoidal_inv_freq(dim: int, *, base: float = 10000.0, device=None) -> torc
     base = check_float("base", base, positive=True)
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim
     return base**-exponent
-
-
-def _check_dtype(dtype) -> torch.dtype:
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    return dtype
 
 
 def sinusoidal_table(
@@ -96,7 +98,7 @@ def sinusoidal_table(
     num_positions = check_int("num_positions", num_positions, minimum=0)
     dim = check_even("dim", dim)
     layout = _check_layout(layout)
-    dtype = _check_dtype(dtype)
+    dtype = check_float_dtype("dtype", dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, device=device)
     work = _angles.compute_dtype(dtype)
     table = _memory.empty(num_positions, dim, dtype=work, device=device)
@@ -182,7 +184,7 @@ class SinusoidalEmbedding(nn.Module):
         dtypes are read from the float32 cache and rounded once.
         """
         num_positions = check_int("num_positions", num_positions, minimum=0)
-        dtype = _check_dtype(dtype)
+        dtype = check_float_dtype("dtype", dtype)
         work = _angles.compute_dtype(dtype)
         device = torch.device(device) if device is not None else self._cache.device
         cache = self._cache
@@ -206,8 +208,7 @@ class SinusoidalEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, *, offset: int = 0, positions=None) -> torch.Tensor:
         """Return ``scale * x + PE`` with the shape and dtype of ``x: (..., seq, dim)``."""
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() < 2:
-            raise TypeError("x must be a floating-point tensor of shape (..., seq, dim)")
+        x = check_floating("x", x, min_dim=2)
         if x.shape[-1] != self.dim:
             raise ValueError(f"x must have last dimension dim={self.dim}, got {x.shape[-1]}")
         work = _angles.compute_dtype(x.dtype)

@@ -21,7 +21,7 @@ import torch
 from torch.func import grad, jacrev
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .._checks import check_float, check_floating, check_int
+from .._checks import check_float, check_float_dtype, check_floating, check_int
 from ..scheme import attention
 
 __all__ = [
@@ -64,8 +64,7 @@ class AttentionReadout(torch.nn.Module):
         super().__init__()
         dim = check_int("dim", dim, minimum=1)
         seed = check_int("seed", seed)
-        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        dtype = check_float_dtype("dtype", dtype)
         gen = torch.Generator().manual_seed(seed)
         # Scale 1/sqrt(d) keeps the scores O(1), so the softmax is far from saturation
         # and the second derivatives are not negligible.
