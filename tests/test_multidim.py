@@ -9,10 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import posenc
-from posenc import sinusoidal as sinusoidal_module
 
-# the sinusoidal "all sines, then all cosines" layout ("concat", being renamed "half")
-SIN_HALF = "half" if "half" in sinusoidal_module.LAYOUTS else "concat"
+# the sinusoidal "all sines, then all cosines" layout
+SIN_HALF = "half"
 SIN_LAYOUTS = ["interleaved", SIN_HALF]
 ROPE_LAYOUTS = ["interleaved", "half"]
 

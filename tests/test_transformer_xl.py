@@ -68,7 +68,7 @@ def test_rel_shift_rejects_bad_input():
         rel_shift(torch.zeros(3, 3, dtype=torch.long))
 
 
-def test_relative_sinusoids_concat_layout_and_sign():
+def test_relative_sinusoids_half_layout_and_sign():
     d = torch.tensor([3, 0, -2, 5])
     r = relative_sinusoids(d, 6, dtype=torch.float64)
     for row, dist in enumerate(d.tolist()):
