@@ -428,10 +428,21 @@ def scaled_dot_product(
     :func:`merge_masks`, which hands SDPA a 4-D contiguous mask in ``q``'s
     dtype (or a boolean one), ``is_causal`` or nothing.  ``q_offset`` defaults
     to ``k_len - q_len`` and ``scale`` to ``1 / sqrt(d)``.  Queries that see no
-    key get zeros.
+    key get zeros.  Float64 inputs that need gradients take the explicit math
+    (:func:`softmax_weights`) instead, since the fused CPU kernel's backward
+    cannot be differentiated again (Hessians, ``gradgradcheck``); in float32 or
+    bf16, use ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` for that.
     """
     q_len, k_len = q.shape[-2], k.shape[-2]
     q_offset = k_len - q_len if q_offset is None else q_offset
+    if q.dtype == torch.float64 and _needs_grad(q, k, v, mask, bias):
+        # SDPA's fused CPU kernel has no double backward; float64 autograd is where
+        # Hessians and gradgradcheck are taken, so it runs the explicit math instead
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        w = softmax_weights(
+            dot_scores(q, k, scale), mask=mask, bias=bias, causal=causal, q_offset=q_offset
+        )
+        return w @ repeat_kv(v, q.shape[-3])
     m = merge_masks(
         mask,
         bias,
@@ -481,6 +492,10 @@ def softmax_weights(logits, *, mask=None, bias=None, causal: bool = False, q_off
             logits = logits + m.mask
     w = torch.softmax(logits, dim=-1)
     return w if m.seen is None else torch.where(m.seen, w, 0.0)
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -3,8 +3,8 @@
 Adding a scheme to posenc means adding one line to ``SCHEMES``: the scheme is
 then checked for every mask form, grouped-query heads, per-sample positions of
 a left-padded batch, step-by-step decoding against the full causal pass,
-``torch.compile(fullgraph=True)``, ``torch.export``, gradcheck, meta tensors
-and bf16 against a float64 reference.
+``torch.compile(fullgraph=True)``, ``torch.export``, gradcheck and gradgradcheck,
+meta tensors and bf16 against a float64 reference.
 
 The references are independent of the code under test where it matters:
 masking must equal removing the masked keys (with their positions kept), a
@@ -321,6 +321,21 @@ def test_gradcheck(name):
 
     # fast mode: checks random projections of the Jacobian, cheap enough for every scheme
     assert torch.autograd.gradcheck(f, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_second_derivatives_in_float64(name):
+    """Hessians and gradgradcheck work: float64 autograd avoids the fused CPU kernel."""
+    scheme = make(name)
+    q, k, v = qkv(batch=1, q_len=3, k_len=4, kv_heads=2)
+    keep = torch.ones(1, 1, 3, 4, dtype=torch.bool)
+    keep[0, 0, 1, 0] = False
+    inputs = tuple(t.clone().requires_grad_() for t in (q, k, v))
+
+    def f(q, k, v):
+        return attention(q, k, v, encoding=scheme, mask=keep, causal=True)
+
+    assert torch.autograd.gradgradcheck(f, inputs, fast_mode=True)
 
 
 @pytest.mark.parametrize("name", ALL)
