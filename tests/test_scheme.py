@@ -544,3 +544,16 @@ def test_positions_do_not_move_the_causal_mask():
     # and the positions did reach the scheme: key 2 sits at 9, far from query 1 at 3
     plain = attention_weights(q, k, encoding=alibi, causal=True)
     assert (w - plain).abs().max() > 1e-3
+
+
+def test_no_public_name_collides_with_a_submodule():
+    """``posenc.attention`` is the function; no module of that name can shadow or be shadowed."""
+    import pkgutil
+    import types
+
+    modules = {m.name for m in pkgutil.iter_modules(posenc.__path__)}
+    assert "scheme" in modules and "attention" not in modules
+    for name in modules:
+        value = vars(posenc).get(name)
+        assert value is None or isinstance(value, types.ModuleType), name
+    assert attention_module.attention is posenc.attention
