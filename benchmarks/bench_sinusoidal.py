@@ -8,7 +8,10 @@ Also shown: the usual float32 recipe (positions times frequencies in float32, th
 sin/cos), which is both slower and wrong by ~0.07 at p = 10**6, float64 sin/cos, and
 the floor of the angle-addition method itself: its one combining pass (a complex
 multiply of the two precomputed ~sqrt(n)-row factor tables into a new output), without
-the factor tables' float64 sin/cos and the argument checks.
+the factor tables' float64 sin/cos and the argument checks.  Last, ``no huge pages``:
+the interleaved table with posenc's transparent-huge-page advice for outputs of 32 MiB
+or more switched off (``posenc/_memory.py``), to show what the advice buys; below
+32 MiB the two are the same code.
 
 Run: ``python benchmarks/bench_sinusoidal.py [--repeats N] [--threads T]``.
 """
@@ -23,6 +26,7 @@ import time
 import torch
 
 import posenc
+from posenc import _memory
 
 SIZES = [(10**6, 64), (8192, 512), (2048, 1024), (4096, 128), (512, 64)]
 
@@ -57,6 +61,15 @@ def combine_only(n, d):
     return lambda n, d: torch.mul(a, b)
 
 
+def without_huge_pages(n, d):
+    advise = _memory.advise_huge_pages
+    _memory.advise_huge_pages = lambda t: t
+    try:
+        return posenc.sinusoidal_table(n, d)
+    finally:
+        _memory.advise_huge_pages = advise
+
+
 def timed(fn, *args):
     t0 = time.perf_counter()
     fn(*args)
@@ -78,6 +91,7 @@ def main():
         "usual fp32": usual_fp32,
         "fp64 sin/cos": float64_sincos,
         "combine only": None,  # per size, below
+        "no huge pages": without_huge_pages,
     }
     header = f"{'size':>14} {'fill ms':>9}" + "".join(f" {k:>22}" for k in candidates)
     print(header)
