@@ -12,6 +12,8 @@ module                 what lives there
 ``learned``            learned absolute position tables
 ``rope``               rotary embeddings (RoFormer): frequencies, cos/sin
                        tables, ``apply_rope``, the cached module
+``flex``               fused attention through FlexAttention for ALiBi, T5 and
+                       other score_mod schemes: no O(n^2) bias (``backend=``)
 ``kv_cache``           a decoding cache whose keys are rotated once (``KVCache``)
 ``scaling``            RoPE context-extension scalings (PI, NTK, YaRN, Llama 3.1)
 ``convert``            checkpoint conversion between RoPE layouts
@@ -36,6 +38,7 @@ from . import _workarounds  # noqa: F401  (first: upstream fixes that affect eve
 from .alibi import *  # noqa: F403
 from .convert import *  # noqa: F403
 from .da_transformer import *  # noqa: F403
+from .flex import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .learned import *  # noqa: F403
 from .multidim import *  # noqa: F403

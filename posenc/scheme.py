@@ -150,6 +150,19 @@ class PositionalScheme:
         """
         return None
 
+    def score_mod(self, q, k):
+        """FlexAttention form of :meth:`bias`: ``f(score, b, h, q_pos, k_pos)``, or ``None``.
+
+        ``None`` (the default) when the scheme's score change is not written as
+        one.  The function receives the scaled score, the batch and query-head
+        indices and the integer positions of the query and the key (0-d
+        tensors), and must return ``score`` plus this scheme's bias, exactly as
+        :meth:`bias` would; :mod:`posenc.flex` then fuses it into the attention
+        kernel.  ``q`` and ``k`` (4-D, after :meth:`rotate`) give the device and
+        dtype.  ALiBi and T5 are expressed by :mod:`posenc.flex` itself.
+        """
+        return None
+
     def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
         """Run attention; the default composes :meth:`rotate`, :meth:`bias` and SDPA.
 
@@ -192,6 +205,7 @@ def attention(
     q_positions=None,
     k_positions=None,
     scale: float | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Scaled dot-product attention, optionally with a positional scheme.
 
@@ -232,6 +246,15 @@ def attention(
         ``q_offset .. q_offset+q_len-1``.
     scale
         Multiplier of ``q @ k.T``; defaults to ``1 / sqrt(d)``.
+    backend
+        ``"eager"``: the scheme's own path (PyTorch's SDPA with a dense bias
+        for ALiBi and T5), the reference.  ``"flex"``: compiled FlexAttention
+        (:mod:`posenc.flex`), no O(q_len * k_len) bias; raises ``ValueError``
+        for a scheme it cannot express exactly and ``RuntimeError`` where it
+        cannot compile.  ``"auto"`` (default): FlexAttention for ALiBi, T5 and
+        other score_mod schemes when ``q_len * k_len >= 2**20``, compiling is
+        available, nothing needs gradients and no tracing or transform is
+        active; the eager path otherwise (also if compiling fails).
 
     Returns
     -------
@@ -248,17 +271,28 @@ def attention(
                         mask=keep[:, None, None, :], k_positions=pos)
     """
     call = _prepare(q, k, v, mask, bias, causal, q_offset, q_positions, k_positions, scale)
-    out = _scheme(encoding).attend(
-        call.q,
-        call.k,
-        call.v,
-        mask=call.mask,
-        causal=causal,
-        q_offset=call.q_offset,
-        q_positions=call.q_positions,
-        k_positions=call.k_positions,
-        scale=call.scale,
-    )
+    scheme = _scheme(encoding)
+    out = None
+    if backend != "eager":
+        from . import flex
+
+        needs_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q, k, v, *getattr(scheme, "parameters", tuple)())
+        )
+        if flex.choose(backend, scheme, call, needs_grad=needs_grad):
+            out = flex.run(scheme, call, causal, explicit=backend == "flex")
+    if out is None:
+        out = scheme.attend(
+            call.q,
+            call.k,
+            call.v,
+            mask=call.mask,
+            causal=causal,
+            q_offset=call.q_offset,
+            q_positions=call.q_positions,
+            k_positions=call.k_positions,
+            scale=call.scale,
+        )
     return out.reshape(*q.shape[:-1], v.shape[-1])
 
 

@@ -368,3 +368,25 @@ def test_bf16_close_to_float64(name):
     want = attention(q.double(), k.double(), v.double(), encoding=scheme, mask=keep, causal=True)
     err = (got.double() - want).abs().max().item()
     assert err < BF16_TOLERANCE, err
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_flex_backend_equals_eager_or_refuses(name):
+    """backend="flex" (compiled FlexAttention, posenc.flex) equals the eager path, or refuses.
+
+    Schemes it cannot express exactly (content-dependent biases, custom ``attend``)
+    raise ``ValueError``; ``backend="auto"`` never picks it for them.
+    """
+    if not posenc.flex_available("cpu"):
+        pytest.skip("FlexAttention cannot be compiled here")
+    scheme = make(name, dtype=torch.float32)
+    q, k, v, keep, positions = _traced_inputs()
+    kwargs = dict(encoding=scheme, mask=keep, causal=True, k_positions=positions)
+    if not posenc.supports_flex(scheme):
+        with pytest.raises(ValueError, match="backend='flex' cannot express"):
+            attention(q, k, v, backend="flex", **kwargs)
+        return
+    with torch.no_grad():
+        got = attention(q, k, v, backend="flex", **kwargs)
+        want = attention(q, k, v, backend="eager", **kwargs)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,275 @@
+"""posenc.flex: compiled FlexAttention against the eager path and a float64 reference.
+
+Each case runs ``attention(..., backend="flex")`` (compiled on the CPU, the same
+code as the GPU's Triton kernels) and ``backend="eager"`` (SDPA with a dense bias)
+in float32 and compares both with explicit float64 attention: scores, the scheme's
+bias from its formula, masks, softmax, and zero rows for queries that see no key.
+
+Compiling costs seconds per kernel (one per scheme, mask form and shape), so
+the tests use few shapes (compiled kernels are shared across tests in the
+process) and combine features in one call: causal + left padding + per-sample
+positions + grouped-query heads for each scheme; a floating mask with ``-inf``
+entries (ALiBi); decoding with ``q_offset`` (T5).  The mask that
+the eager path hands to SDPA is checked here too: 4-D, contiguous, boolean or
+floating, so that SDPA keeps its fused kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import posenc
+from posenc import attention, flex
+
+pytestmark = pytest.mark.skipif(
+    not flex.flex_available("cpu"), reason="FlexAttention cannot be compiled here"
+)
+
+BATCH, HEADS, KV_HEADS, DIM, LEN = 2, 4, 2, 16, 160  # two blocks of 128, the last partial
+
+
+def alibi():
+    return posenc.ALiBi(HEADS)
+
+
+def t5():
+    m = posenc.T5RelativeBias(HEADS, num_buckets=8, max_distance=12)
+    with torch.no_grad():
+        m.weight.normal_()  # far from zero: every bucket matters
+    return m
+
+
+SCHEMES = {"alibi": alibi, "t5": t5}
+
+
+def reference_bias(scheme, q_pos, k_pos):
+    """The scheme's bias from its formula, float64 ``(batch, heads, q_len, k_len)``."""
+    rel = k_pos[:, None, :] - q_pos[:, :, None]  # (batch, q_len, k_len): key - query
+    if isinstance(scheme, posenc.ALiBi):
+        slopes = posenc.alibi_slopes(HEADS)[None, :, None, None]
+        return -slopes * rel.abs()[:, None].double()
+    buckets = posenc.t5_relative_bucket(
+        rel, bidirectional=scheme.bidirectional, num_buckets=scheme.num_buckets,
+        max_distance=scheme.max_distance,
+    )  # fmt: skip
+    return scheme.weight.detach().double()[buckets].movedim(-1, 1)
+
+
+def reference(scheme, q, k, v, *, keep, q_pos, k_pos, scale, additive=None):
+    """Explicit float64 attention; ``keep`` includes the causal mask."""
+    q, k, v = q.double(), k.double(), v.double()
+    k = k.repeat_interleave(HEADS // k.shape[1], dim=1)
+    v = v.repeat_interleave(HEADS // v.shape[1], dim=1)
+    scores = scale * q @ k.transpose(-1, -2) + reference_bias(scheme, q_pos, k_pos)
+    if additive is not None:
+        scores = scores + additive.double()
+    scores = scores.masked_fill(~keep, -math.inf)
+    seen = keep.any(-1, keepdim=True)
+    w = torch.softmax(scores.masked_fill(~seen, 0.0), -1)
+    return torch.where(seen, w @ v, 0.0)
+
+
+def qkv(q_len=LEN, k_len=LEN, kv_heads=KV_HEADS, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(BATCH, HEADS, q_len, DIM, generator=g)
+    k = torch.randn(BATCH, kv_heads, k_len, DIM, generator=g)
+    v = torch.randn(BATCH, kv_heads, k_len, DIM, generator=g)
+    return q, k, v
+
+
+def left_padded(length, pads=(0, 37)):
+    """Keep-mask ``(batch, length)`` and positions of a left-padded batch."""
+    keep = torch.ones(len(pads), length, dtype=torch.bool)
+    for b, pad in enumerate(pads):
+        keep[b, :pad] = False
+    positions = (keep.long().cumsum(-1) - 1).clamp(min=0)
+    return keep, positions
+
+
+def both(scheme, q, k, v, **kwargs):
+    with torch.no_grad():
+        got = attention(q, k, v, encoding=scheme, backend="flex", **kwargs)
+        eager = attention(q, k, v, encoding=scheme, backend="eager", **kwargs)
+    return got, eager
+
+
+def check(got, eager, want):
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=2e-5)
+    torch.testing.assert_close(eager.double(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", SCHEMES)
+def test_causal_left_padded_grouped_query(name):
+    """Causal mask, key padding, per-sample positions and kv_heads < heads in one call."""
+    scheme = SCHEMES[name]()
+    q, k, v = qkv()
+    keep, pos = left_padded(LEN)
+    got, eager = both(scheme, q, k, v, causal=True, mask=keep[:, None, None, :], k_positions=pos)
+    causal = torch.ones(LEN, LEN, dtype=torch.bool).tril()
+    full_keep = keep[:, None, None, :] & causal
+    want = reference(scheme, q, k, v, keep=full_keep, q_pos=pos, k_pos=pos, scale=DIM**-0.5)
+    check(got, eager, want)
+    assert torch.all(got[1, :, :37] == 0)  # padded queries see no key: zero output
+
+
+def test_float_mask_with_minus_inf_and_finite_terms():
+    """A floating mask: ``-inf`` entries remove keys, finite ones add to the scores."""
+    scheme = alibi()  # the mask is handled outside the scheme's score_mod
+    q, k, v = qkv(kv_heads=HEADS, seed=1)
+    g = torch.Generator().manual_seed(2)
+    finite = torch.randn(1, HEADS, LEN, LEN, generator=g)
+    keep = torch.rand(BATCH, 1, LEN, LEN, generator=g) > 0.2
+    keep[0, :, 5] = False  # a query that sees nothing
+    mask = finite.masked_fill(~keep, -math.inf)
+    got, eager = both(scheme, q, k, v, mask=mask, scale=0.3)
+    pos = torch.arange(LEN).expand(BATCH, LEN)
+    want = reference(
+        scheme, q, k, v, keep=keep.expand(BATCH, HEADS, LEN, LEN), q_pos=pos, k_pos=pos,
+        scale=0.3, additive=finite,
+    )  # fmt: skip
+    check(got, eager, want)
+    assert torch.all(got[0, :, 5] == 0)
+
+
+def test_decoding_chunk_with_q_offset():
+    """32 new queries after 128 cached keys: causal by index, ``k <= q_offset + q``."""
+    scheme = t5()  # T5 is bidirectional here: the causal mask alone hides later keys
+    q, k, v = qkv(q_len=32, seed=3)
+    got, eager = both(scheme, q, k, v, causal=True)
+    q_pos = (torch.arange(32) + LEN - 32).expand(BATCH, 32)
+    k_pos = torch.arange(LEN).expand(BATCH, LEN)
+    keep = (k_pos[:, None, None, :] <= q_pos[:, None, :, None]).expand(BATCH, HEADS, 32, LEN)
+    want = reference(scheme, q, k, v, keep=keep, q_pos=q_pos, k_pos=k_pos, scale=DIM**-0.5)
+    check(got, eager, want)
+
+
+def test_auto_takes_flex_for_large_scores_only(monkeypatch):
+    calls = []
+    run = flex.run
+    monkeypatch.setattr(flex, "run", lambda *a, **kw: calls.append(1) or run(*a, **kw))
+    scheme = alibi()
+    q, k, v = qkv()
+    keep, pos = left_padded(LEN)
+    kwargs = dict(encoding=scheme, causal=True, mask=keep[:, None, None, :], k_positions=pos)
+    with torch.no_grad():
+        attention(q, k, v, **kwargs)  # 160 * 160 scores per head: below the threshold
+        assert calls == []
+        monkeypatch.setattr(flex, "AUTO_MIN_SCORES", LEN * LEN)
+        got = attention(q, k, v, **kwargs)
+        assert calls == [1]
+        eager = attention(q, k, v, backend="eager", **kwargs)
+        torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+        # auto never takes flex for schemes that do not change the scores, nor with gradients
+        attention(q, k, v, encoding=None, causal=True)
+        assert calls == [1]
+    q.requires_grad_(True)
+    attention(q, k, v, **kwargs).sum().backward()
+    assert calls == [1] and q.grad is not None
+
+
+class ShiftedALiBi(posenc.ALiBi):
+    """A custom scheme with its own score_mod: ALiBi plus a per-head constant."""
+
+    def bias(self, q, k, q_positions, k_positions, scale):
+        return super().bias(q, k, q_positions, k_positions, scale) + 0.5
+
+    def score_mod(self, q, k):
+        slopes = self.slopes.to(q.device, torch.float32)
+        return lambda score, b, h, qp, kp: score - slopes[h] * (qp - kp).abs() + 0.5
+
+
+def test_custom_scheme_with_score_mod():
+    scheme = ShiftedALiBi(HEADS)
+    assert posenc.supports_flex(scheme)
+    q, k, v = qkv()
+    got, eager = both(scheme, q, k, v, causal=True)
+    torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+
+
+def test_refusals():
+    q, k, v = qkv(q_len=8, k_len=8, kv_heads=HEADS)
+    shaw = posenc.ShawRelativeAttention(DIM, 3)
+    assert not posenc.supports_flex(shaw)
+    with pytest.raises(ValueError, match="backend='flex' cannot express"):
+        attention(q, k, v, encoding=shaw, backend="flex")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        attention(q, k, v, backend="sdpa")
+    with pytest.raises(ValueError, match="no backward on a CPU"):
+        attention(q.requires_grad_(True), k, v, encoding=alibi(), backend="flex")
+    with pytest.raises(ValueError, match="not available under"):
+        attention(*(t.detach().to("meta") for t in (q, k, v)), encoding=alibi(), backend="flex")
+    # Shaw with auto: the eager path, silently (that is not a wrong result)
+    with torch.no_grad():
+        attention(q, k, v, encoding=shaw)
+
+
+def test_explicit_flex_without_a_compiler_raises(monkeypatch):
+    monkeypatch.setattr(flex, "_compiler_missing", lambda device_type: "no C++ compiler found")
+    q, k, v = qkv(q_len=8, k_len=8)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match="no C\\+\\+ compiler found"):
+            attention(q, k, v, encoding=alibi(), backend="flex")
+        monkeypatch.setattr(flex, "AUTO_MIN_SCORES", 1)
+        attention(q, k, v, encoding=alibi(), causal=True)  # auto: eager, silently
+
+
+# --- the mask the eager path hands to SDPA ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5"])
+@pytest.mark.parametrize(
+    "form", ["causal", "bool 4-D", "float 2-D", "bool 3-D heads", "per-sample positions"]
+)
+def test_sdpa_gets_a_4d_contiguous_mask(name, form, monkeypatch):
+    """A 3-D or non-contiguous mask sends SDPA to its slow math path (11.6x on a CPU)."""
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        seen.append(attn_mask)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(posenc.scheme.F, "scaled_dot_product_attention", spy)
+    scheme = SCHEMES[name]()
+    q, k, v = (t[:, :, :24] for t in qkv(kv_heads=HEADS))
+    kwargs = {"causal": True}
+    if form == "bool 4-D":
+        kwargs["mask"] = torch.rand(BATCH, 1, 1, 24) > 0.3
+    elif form == "float 2-D":
+        kwargs["mask"] = torch.randn(24, 24)
+    elif form == "bool 3-D heads":
+        q, k, v = (t[0] for t in (q, k, v))
+        kwargs["mask"] = torch.rand(HEADS, 24, 24) > 0.3
+    elif form == "per-sample positions":
+        kwargs["k_positions"] = left_padded(24, pads=(0, 5))[1]
+    with torch.no_grad():
+        attention(q, k, v, encoding=scheme, backend="eager", **kwargs)
+    (m,) = seen
+    assert m.dim() == 4 and m.is_contiguous()
+    assert m.dtype == torch.bool or m.dtype == q.dtype
+
+
+def test_auto_steps_aside_under_tracing_transforms_and_meta(monkeypatch):
+    """Above the threshold, ``auto`` still traces, exports, vmaps and runs on meta tensors."""
+    monkeypatch.setattr(flex, "AUTO_MIN_SCORES", 1)
+    monkeypatch.setattr(flex, "run", lambda *a, **kw: pytest.fail("flex under a trace"))
+    scheme = alibi()
+    q, k, v = qkv(q_len=8, k_len=8)
+
+    def f(q, k, v):
+        return attention(q, k, v, encoding=scheme, causal=True)
+
+    with torch.no_grad():
+        want = attention(q, k, v, encoding=scheme, causal=True, backend="eager")
+        torch._dynamo.reset()
+        try:
+            got = torch.compile(f, fullgraph=True, backend="eager")(q, k, v)
+        finally:
+            torch._dynamo.reset()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.vmap(f)(q, k, v), want)
+        meta = f(*(t.to("meta") for t in (q, k, v)))
+        assert meta.shape == want.shape
