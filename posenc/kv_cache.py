@@ -44,6 +44,9 @@ class KVCache:
     capacity
         Initial number of token slots.  Storage grows by doubling when an
         update does not fit, so appending costs amortised O(1) copies per token.
+        When the new keys or values need gradients, tokens are appended out of
+        place instead (O(length) per step), so that backpropagating through
+        every step of a decode works.
 
     Examples
     --------
@@ -133,6 +136,17 @@ class KVCache:
         if self.rope is not None:
             q, k = self.rope.rotate(q, k, pos, pos)
         start, end = self._length, self._length + n
+        tracked = [t for t in (k, v, self._k, self._v) if t is not None]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tracked):
+            # autograd: append out of place, so that the keys and values returned by
+            # earlier steps (saved for their backward) are never overwritten
+            pos = pos.expand(batch, n)
+            if self._k is not None:
+                k = torch.cat((self.keys, k), dim=-2)
+                v = torch.cat((self.values, v), dim=-2)
+                pos = torch.cat((self.positions, pos), dim=-1)
+            self._k, self._v, self._pos, self._length = k, v, pos, end
+            return q, self.keys, self.values
         self._reserve(k, v, end)
         self._k[:, :, start:end] = k
         self._v[:, :, start:end] = v
