@@ -557,3 +557,15 @@ def test_no_public_name_collides_with_a_submodule():
         value = vars(posenc).get(name)
         assert value is None or isinstance(value, types.ModuleType), name
     assert attention_module.attention is posenc.attention
+
+
+def test_second_derivatives_in_float32_under_the_math_kernel():
+    """What the README advises for Hessians below float64: SDPA's math kernel."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (rand(1, 2, 4, 8, dtype=torch.float32).requires_grad_() for _ in range(3))
+    with sdpa_kernel(SDPBackend.MATH):
+        out = attention(q, k, v, encoding=posenc.RotaryEmbedding(8), causal=True)
+        (g,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
+        (h,) = torch.autograd.grad(g.sum(), q)
+    assert torch.isfinite(h).all() and h.abs().max() > 0
