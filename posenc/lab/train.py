@@ -1,0 +1,181 @@
+"""Training and evaluation loops for :class:`posenc.lab.TinyDecoder`.
+
+Deterministic: every random draw comes from an explicit seed (model
+initialisation from ``torch.manual_seed``, data from a
+:class:`torch.Generator`), so a run is repeatable on one machine and thread
+count, and agrees to roundoff across thread counts.
+
+Progress bars use ``tqdm`` when ``progress=True``; it is imported only then.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+import torch.nn.functional as F
+
+from .._checks import check_float, check_int
+
+__all__ = ["seed_for", "train", "evaluate_loss", "evaluate_accuracy", "peak_memory_mb"]
+
+
+def seed_for(*parts) -> int:
+    """A stable 31-bit seed from any printable parts (independent of run order and hashing)."""
+    return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux and macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+def _bar(total: int, desc: str, progress: bool):
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
+
+
+def train(
+    model: torch.nn.Module,
+    task,
+    *,
+    length: int,
+    steps: int,
+    batch: int,
+    lr: float = 3e-3,
+    seed: int = 0,
+    log_every: int = 10,
+    progress: bool = False,
+    desc: str = "train",
+) -> list[float]:
+    """Train ``model`` on ``task`` at ``length`` with AdamW and a cosine schedule.
+
+    Returns the mean training loss of each block of ``log_every`` steps
+    (``ceil(steps / log_every)`` values, nats per scored token).  The model is
+    left in eval mode.
+    """
+    length = check_int("length", length, minimum=1)
+    steps = check_int("steps", steps, minimum=0)
+    batch = check_int("batch", batch, minimum=1)
+    lr = check_float("lr", lr, positive=True)
+    log_every = check_int("log_every", log_every, minimum=1)
+    if hasattr(model, "check_length"):
+        model.check_length(length, "length")
+    generator = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+
+    def schedule(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    model.train()
+    curve, block = [], []
+    bar = _bar(steps, desc, progress)
+    for _ in range(steps):
+        inputs, targets, weights = task.batch(batch, length, generator)
+        loss = _loss(model(inputs), targets, weights).sum() / weights.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        block.append(loss.item())
+        if len(block) == log_every:
+            curve.append(math.fsum(block) / len(block))
+            block = []
+        if bar is not None:
+            bar.update()
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    if block:
+        curve.append(math.fsum(block) / len(block))
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return curve
+
+
+def _loss(logits, targets, weights):
+    """Per-position cross-entropy ``(batch, length)``, zero where ``weights`` is 0."""
+    b, n, v = logits.shape
+    ce = F.cross_entropy(logits.reshape(b * n, v).float(), targets.reshape(-1), reduction="none")
+    return ce.view(b, n) * weights
+
+
+def _chunks(total: int, size: int):
+    for start in range(0, total, size):
+        yield min(size, total - start)
+
+
+@torch.no_grad()
+def evaluate_loss(
+    model: torch.nn.Module,
+    task,
+    length: int,
+    *,
+    sequences: int,
+    seed: int,
+    max_batch: int = 8,
+    name: str = "length",
+) -> torch.Tensor:
+    """Mean loss at every input position over ``sequences`` fresh samples: float64 ``(length,)``.
+
+    Raises ``ValueError`` naming ``name`` when the model cannot run on
+    ``length`` (a learned table past its rows).  Sequences are processed
+    ``max_batch`` at a time, so memory grows with ``max_batch * length**2``
+    at most (the attention weights), never with ``sequences``.
+    """
+    length = check_int(name, length, minimum=1)
+    sequences = check_int("sequences", sequences, minimum=1)
+    if hasattr(model, "check_length"):
+        model.check_length(length, name)
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    total = torch.zeros(length, dtype=torch.float64)
+    for size in _chunks(sequences, max_batch):
+        inputs, targets, weights = task.batch(size, length, generator)
+        total += _loss(model(inputs), targets, weights).to(torch.float64).sum(0)
+    return total / sequences
+
+
+@torch.no_grad()
+def evaluate_accuracy(
+    model: torch.nn.Module,
+    task,
+    length: int,
+    distances: tuple[int, int],
+    *,
+    sequences: int,
+    seed: int,
+    max_batch: int = 8,
+    name: str = "length",
+) -> float:
+    """Fraction of ``sequences`` retrieval samples whose value the model names (argmax).
+
+    ``task`` is a :class:`posenc.lab.RetrievalTask`; the argmax is taken over
+    the value tokens only.
+    """
+    length = check_int(name, length, minimum=2)
+    sequences = check_int("sequences", sequences, minimum=1)
+    if hasattr(model, "check_length"):
+        model.check_length(length, name)
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    lo = task.passkey.fillers
+    hi = lo + task.passkey.values
+    correct = 0
+    for size in _chunks(sequences, max_batch):
+        inputs, targets, _ = task.batch(size, length, generator, distances)
+        guess = model(inputs)[:, -1, lo:hi].argmax(-1) + lo
+        correct += int((guess == targets[:, -1]).sum())
+    return correct / sequences

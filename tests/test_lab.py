@@ -1,0 +1,212 @@
+"""posenc.lab: the model over every scheme, the loops, the experiments and the stored results."""
+
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import posenc.lab as lab
+from posenc.lab import (
+    PRESETS,
+    SCHEMES,
+    LabConfig,
+    LanguageTask,
+    RetrievalTask,
+    TinyDecoder,
+    compare,
+    curse_summary,
+    evaluate_loss,
+    load_results,
+    rope_scaling_for,
+    run_all,
+)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _model(scheme, **kw):
+    return TinyDecoder(32, scheme, 8, d_model=16, heads=2, **kw)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_scheme_runs_and_is_causal(scheme):
+    model = _model(scheme, table_len=16 if scheme == "learned" else None).eval()
+    x = torch.randint(32, (2, 12))
+    y = x.clone()
+    y[:, 7:] = (y[:, 7:] + 1) % 32  # change the future only
+    with torch.no_grad():
+        a, b = model(x), model(y)
+    assert a.shape == (2, 12, 32)
+    assert torch.allclose(a[:, :7], b[:, :7], atol=1e-5)
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+def test_positions_matter_except_for_nope():
+    # With one layer, NoPE sees the prefix as a set: the last position's output is
+    # invariant to permuting the earlier tokens; every other scheme's is not.  (With
+    # two layers the causal mask already leaks order into NoPE.)
+    x = torch.randint(32, (1, 10))
+    perm = torch.cat([torch.randperm(9), torch.tensor([9])])
+    for scheme in SCHEMES:
+        learned = 16 if scheme == "learned" else None
+        model = TinyDecoder(32, scheme, 8, d_model=16, heads=2, layers=1, table_len=learned)
+        model.eval()
+        with torch.no_grad():
+            for p in model.parameters():  # leave the initialisation (DA's is distance-blind)
+                p.add_(0.3 * torch.randn_like(p))
+            same = torch.allclose(model(x)[0, -1], model(x[:, perm])[0, -1], atol=1e-5)
+        assert same == (scheme == "none"), scheme
+
+
+def test_unknown_scheme_and_bad_lengths_raise_value_errors_naming_the_parameter():
+    with pytest.raises(ValueError, match="scheme must be one of 'none', 'sinusoidal'"):
+        TinyDecoder(32, "xpos", 8)
+    with pytest.raises(ValueError, match="train_len must be a positive integer"):
+        TinyDecoder(32, "rope", 0)
+    model = _model("rope")
+    with pytest.raises(ValueError, match="length must be a positive integer, got 0"):
+        evaluate_loss(model, LanguageTask(), 0, sequences=1, seed=0)
+    with pytest.raises(ValueError, match="inject='every' needs scheme"):
+        _model("rope", inject="every")
+    with pytest.raises(ValueError, match="table_len needs scheme 'learned'"):
+        _model("rope", table_len=16)
+
+
+def test_a_learned_table_refuses_lengths_past_its_rows():
+    model = _model("learned", table_len=16)
+    assert model.max_len == 16
+    evaluate_loss(model, LanguageTask(), 16, sequences=1, seed=0)  # reachable
+    with pytest.raises(ValueError, match=r"lengths must be at most 16 for scheme 'learned'"):
+        evaluate_loss(model, LanguageTask(), 17, sequences=1, seed=0, name="lengths")
+    with pytest.raises(ValueError, match="seq must be at most 16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    assert _model("alibi").max_len is None
+
+
+def test_inject_every_adds_one_table_per_layer():
+    model = _model("learned", inject="every")
+    assert len(model.tables) == 2
+    assert len(_model("learned").tables) == 1
+
+
+def test_rope_scaling_for_each_method():
+    assert rope_scaling_for("pi", 1, 32) is None
+    assert rope_scaling_for("none", 4, 32) is None
+    kinds = {m: rope_scaling_for(m, 4, 32).kind for m in ("pi", "ntk", "yarn", "llama3")}
+    assert kinds == {"pi": "linear", "ntk": "ntk", "yarn": "yarn", "llama3": "llama3"}
+    with pytest.raises(ValueError, match="method must be one of"):
+        rope_scaling_for("xpos", 2, 32)
+    with pytest.raises(ValueError, match="scaling needs scheme 'rope'"):
+        _model("alibi").set_rope_scaling(rope_scaling_for("pi", 2, 8))
+
+
+def test_training_lowers_the_loss_towards_the_floor():
+    task = LanguageTask()
+    model = _model("alibi")
+    before = evaluate_loss(model, task, 8, sequences=32, seed=1).mean().item()
+    lab.train(model, task, length=8, steps=60, batch=16, lr=1e-2, seed=0)
+    after = evaluate_loss(model, task, 8, sequences=32, seed=1).mean().item()
+    floor = task.floor(8).mean().item()
+    assert floor < after < before - 0.3
+
+
+def test_retrieval_batches_score_only_the_query():
+    task = RetrievalTask()
+    x, y, w = task.batch(4, 12, torch.Generator().manual_seed(0))
+    assert w.sum() == 4 and (w[:, -1] == 1).all()
+    assert ((y[:, -1] >= task.passkey.fillers) & (y[:, -1] < task.passkey.query)).all()
+
+
+def test_config_and_run_all_refuse_bad_input():
+    with pytest.raises(ValueError, match="train_len"):
+        LabConfig(train_len=0)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        LabConfig(schemes=("rope", "xpos"))
+    with pytest.raises(ValueError, match="experiments must be one of"):
+        run_all(PRESETS["smoke"], ["bogus"])
+    assert LabConfig.from_dict(PRESETS["full"].to_dict()) == PRESETS["full"]
+
+
+def test_seeds_do_not_depend_on_run_order_or_hashing():
+    assert lab.seed_for(0, "init", "lm", "rope", "input") == 1068839088
+
+
+# ------------------------------------------------------------------ stored results
+
+
+@pytest.fixture(scope="module")
+def smoke_run():
+    torch.manual_seed(0)
+    return run_all(PRESETS["smoke"])
+
+
+def test_the_smoke_preset_reproduces_its_stored_results(smoke_run):
+    """Every experiment, reduced, re-run: agreement within lab.TOLERANCE (0.02 nats, 0.07)."""
+    stored = load_results("smoke")
+    assert set(stored["results"]) == set(lab.EXPERIMENTS)
+    assert compare(stored, smoke_run) == []
+
+
+def test_compare_catches_drift(smoke_run):
+    stored = load_results("smoke")
+    drifted = copy.deepcopy(smoke_run)
+    drifted["results"]["extrapolation"][3]["loss"] += 0.05
+    drifted["results"]["passkey"][0]["accuracy"] -= 0.1
+    problems = compare(stored, drifted)
+    assert len(problems) == 2 and "extrapolation[3].loss" in problems[0]
+    other = dict(drifted, config=dict(drifted["config"], seed=1))
+    assert compare(stored, other) == ["configs differ"]
+
+
+def test_stored_full_results_belong_to_the_current_full_preset():
+    stored = load_results("full")
+    assert LabConfig.from_dict(stored["config"]) == PRESETS["full"]
+    assert set(stored["results"]) == set(lab.EXPERIMENTS)
+    ext = stored["results"]["extrapolation"]
+    assert len(ext) == len(SCHEMES) * len(PRESETS["full"].eval_factors)
+    # the reduced preset differs only in sizes, never in what is measured
+    smoke = dataclasses.asdict(PRESETS["smoke"])
+    full = dataclasses.asdict(PRESETS["full"])
+    assert smoke["schemes"] == full["schemes"]
+    assert smoke["passkey_schemes"] == full["passkey_schemes"]
+
+
+def test_curse_summary_of_an_ideal_model_is_the_floor():
+    rows = load_results("full")["results"]["early_tokens"]
+    summary = {r["scheme"]: r for r in curse_summary(rows)}
+    assert set(summary) == {"alibi", "sinusoidal", "floor"}
+    f = summary["floor"]
+    assert f["gain"] > 0 and f["curse_only"] >= f["long"] - 1e-9
+
+
+def test_command_line_runs_one_experiment_and_writes_results(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "posenc.lab", "--preset", "smoke", "--experiments",
+         "early_tokens", "--out", str(tmp_path), "--no-progress", "--no-plots", "--compare"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "peak memory" in out.stdout and "stored results reproduced" in out.stdout
+    written = json.loads((tmp_path / "smoke.json").read_text())
+    assert list(written["results"]) == ["early_tokens"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "posenc.lab", "--experiments", "bogus"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "experiments must be names from" in bad.stderr
+
+
+def test_importing_posenc_lab_needs_neither_tqdm_nor_matplotlib():
+    code = (
+        "import sys; sys.modules['tqdm'] = sys.modules['matplotlib'] = None\n"
+        "import posenc, posenc.lab; print(len(posenc.lab.SCHEMES))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.split() == ["9"], out.stderr
