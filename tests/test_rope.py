@@ -715,3 +715,51 @@ def test_longrope_switches_at_the_original_length_eager_cached_and_compiled():
         assert (posenc.apply_rope(x[:, :n], scaling=s) - want).abs().max().item() < 1e-12
         got = compiled(m.rotate)(x[:, :n], x[:, :n], torch.arange(n), torch.arange(n))
         assert (got[1] - want).abs().max().item() < 1e-12
+
+
+# --- the compiled one-pass rotation (posenc._fused_rope) -----------------------------------
+# Each case compiles a kernel (seconds): few cases, each combining features.
+
+_needs_compile = pytest.mark.skipif(
+    not posenc.flex_available("cpu"), reason="torch.compile cannot build kernels here"
+)
+
+
+@_needs_compile
+@pytest.mark.parametrize(
+    "layout, dtype", [("half", torch.bfloat16), ("interleaved", torch.float32)]
+)
+def test_compiled_rotation_matches_float64(layout, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 40, 16, generator=g).to(dtype)
+    pos = torch.randint(0, 50000, (2, 40), generator=g)  # per batch item
+    got = posenc.apply_rope(x, pos, layout=layout, compiled=True)
+    eager = posenc.apply_rope(x, pos, layout=layout)
+    assert got.dtype == dtype and got.shape == x.shape
+    want = torch.stack([reference(x[b], pos[b], layout=layout) for b in range(2)])
+    # float32: roundoff of the float32 tables; bf16: within 2x the rounding floor, as eager
+    tol = 2e-6 if dtype == torch.float32 else 2 * bf16_floor(want)
+    assert (got.double() - want).abs().max().item() <= tol
+    assert (eager.double() - want).abs().max().item() <= tol
+
+
+@_needs_compile
+def test_compiled_pair_rotates_queries_and_keys_like_eager():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 4, 9, 16, generator=g)
+    k = torch.randn(2, 2, 21, 16, generator=g)  # grouped-query keys, a KV cache
+    qp, kp = torch.arange(12, 21), torch.arange(21)
+    fused = posenc.RotaryEmbedding(16, layout="half", compiled=True)
+    eager = posenc.RotaryEmbedding(16, layout="half")
+    with torch.no_grad():
+        got = fused.rotate(q, k, qp, kp)
+        want = eager.rotate(q, k, qp, kp)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
+    assert "compiled=True" in repr(fused)
+    with pytest.raises(TypeError, match="compiled must be a bool"):
+        posenc.apply_rope(q, compiled=1)
+    # with gradients the eager path runs (no compile), and gradients flow
+    q.requires_grad_(True)
+    fused.rotate(q, k, qp, kp)[0].sum().backward()
+    assert q.grad is not None
