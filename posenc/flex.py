@@ -313,7 +313,8 @@ def run(scheme, call, causal: bool, *, explicit: bool):
     batch, heads, q_len = q.shape[:3]
     k_len = k.shape[-2]
     keep, extra = _split_mask(call.mask, batch, heads, q_len, k_len)
-    score_mod = _score_mod(mod, call.q_positions, call.k_positions, extra, batch)
+    offset = _default_offset(call.q_positions, call.k_positions, call.q_offset)
+    score_mod = _score_mod(mod, call.q_positions, call.k_positions, extra, batch, offset)
     block_mask = _block_mask(keep, causal, call.q_offset, batch, heads, q_len, k_len, q.device)
     fn = _compiled()
     kwargs = dict(
@@ -341,10 +342,33 @@ def _split_mask(mask, batch, heads, q_len, k_len):
     return keep, mask.masked_fill(~keep, 0.0)
 
 
-def _score_mod(mod, q_positions, k_positions, extra, batch):
+def _default_offset(q_positions, k_positions, q_offset):
+    """``q_offset`` as a 0-d tensor when the positions are the default ones, else ``None``.
+
+    Keys at ``0 .. k_len-1`` and queries at ``q_offset + i`` need no lookup in
+    the kernel: ``k_pos = kv_idx`` and ``q_pos = q_idx + q_offset``.
+    """
+    if q_positions.dim() != 1 or k_positions.dim() != 1:
+        return None
+    k_len, q_len = k_positions.shape[0], q_positions.shape[0]
+    ar = torch.arange(max(k_len, q_len), device=k_positions.device)
+    if not torch.equal(k_positions, ar[:k_len]) or not torch.equal(
+        q_positions, ar[:q_len] + q_offset
+    ):
+        return None
+    return torch.tensor(q_offset, device=k_positions.device)
+
+
+def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
     """One score_mod: the scheme's term at the positions, then the caller's finite bias."""
     if mod is None and extra is None:
         return None
+    if offset is not None and extra is None:
+
+        def by_index(score, b, h, q_idx, kv_idx):  # default positions: no lookup
+            return mod(score, b, h, q_idx + offset, kv_idx)
+
+        return by_index
     qp = q_positions if q_positions.dim() == 2 else q_positions.unsqueeze(0)
     kp = k_positions if k_positions.dim() == 2 else k_positions.unsqueeze(0)
     qp, kp = qp.expand(batch, -1), kp.expand(batch, -1)
