@@ -98,7 +98,8 @@ def peer(name, build):
     try:
         return build()
     except Exception as exc:  # ImportError, or a peer whose import needs what is missing
-        print(f"  (skipped {name}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]})")
+        why = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        print(f"  (skipped {name}: {type(exc).__name__}: {why[:100]})")
         return None
 
 

@@ -727,7 +727,8 @@ _needs_compile = pytest.mark.skipif(
 
 @_needs_compile
 @pytest.mark.parametrize(
-    "layout, dtype", [("half", torch.bfloat16), ("interleaved", torch.float32)]
+    "layout, dtype",
+    [("half", torch.bfloat16), ("interleaved", torch.bfloat16), ("interleaved", torch.float32)],
 )
 def test_compiled_rotation_matches_float64(layout, dtype):
     g = torch.Generator().manual_seed(0)
