@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .._checks import check_even, check_float, check_floating, check_int
 from ..scheme import attention
@@ -173,10 +172,7 @@ class OrderModel(torch.nn.Module):
     def readout(self, x: torch.Tensor) -> torch.Tensor:
         """Score ``(...,)`` of inputs ``x: (..., seq_len, dim)``: the f of the expansion."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)
-        # SDPA's math kernel: its Hessians need a backward that is itself differentiable,
-        # which the fused CPU kernel's is not.
-        with sdpa_kernel(SDPBackend.MATH):
-            pooled = attention(q, k, v).mean(-2)
+        pooled = attention(q, k, v).mean(-2)
         return self.out(torch.tanh(self.hidden(pooled))).squeeze(-1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 import torch
 from torch.func import grad, jacrev
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .._checks import check_float, check_float_dtype, check_floating, check_int
 from ..scheme import attention
@@ -78,10 +77,7 @@ class AttentionReadout(torch.nn.Module):
         x = check_floating("x", x, min_dim=2)
         if x.shape[-1] != self.wq.shape[0]:
             raise ValueError(f"x must have last dimension {self.wq.shape[0]}, got {x.shape[-1]}")
-        # Second derivatives need SDPA's math kernel: the fused CPU kernel's backward
-        # has no derivative of its own.
-        with sdpa_kernel(SDPBackend.MATH):
-            out = attention(x @ self.wq, x @ self.wk, x @ self.wv)
+        out = attention(x @ self.wq, x @ self.wk, x @ self.wv)
         return (out @ self.readout).sum(-1)
 
 
