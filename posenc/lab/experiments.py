@@ -73,6 +73,7 @@ class LabConfig:
     finetune_steps: int = 100
     finetune_factor: int = 4
     curse_factor: int = 4
+    curse_sequences: int = 256
     passkey_steps: int = 400
     passkey_factor: int = 8
     passkey_sequences: int = 64
@@ -83,7 +84,7 @@ class LabConfig:
     def __post_init__(self):
         for name in (
             "train_len", "d_model", "layers", "heads", "steps", "batch", "eval_tokens",
-            "finetune_factor", "curse_factor", "passkey_steps", "passkey_factor",
+            "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
             "passkey_sequences",
         ):  # fmt: skip
             check_int(name, getattr(self, name), minimum=1)
@@ -124,6 +125,7 @@ PRESETS = {
         finetune_steps=8,
         finetune_factor=2,
         curse_factor=2,
+        curse_sequences=32,
         passkey_steps=40,
         passkey_factor=4,
         passkey_sequences=32,
@@ -301,14 +303,14 @@ def rope_scaling(lab: Lab) -> list[dict]:
 def early_tokens(lab: Lab) -> list[dict]:
     """Loss by position inside the window: ``L``-long windows against one window ``k L`` long.
 
-    The same streams of ``k L`` tokens (``k = curse_factor``) are scored
+    The same ``curse_sequences`` streams of ``k L`` tokens (``k = curse_factor``) are scored
     twice: cut into ``k`` windows of ``L`` (each window sees only itself)
     and whole.  ``position`` is the position inside the window; ``floor``
     is the source's entropy at that position of a fresh sequence.
     """
     c = lab.config
     n = c.curse_factor * c.train_len
-    sequences = max(2, c.eval_tokens // n)
+    sequences = c.curse_sequences
     floor = lab.lm.floor(n)
     rows = []
     for scheme in ("alibi", "sinusoidal"):
@@ -317,12 +319,15 @@ def early_tokens(lab: Lab) -> list[dict]:
         inputs, targets, _ = lab.lm.batch(sequences, n, gen)
         with torch.no_grad():
             for window, length in (("short", c.train_len), ("long", n)):
-                x = inputs.reshape(-1, length)
-                y = targets.reshape(-1, length)
-                ce = torch.nn.functional.cross_entropy(
-                    model(x).transpose(1, 2), y, reduction="none"
-                )
-                per_pos = ce.to(torch.float64).mean(0)
+                total = torch.zeros(length, dtype=torch.float64)
+                for start in range(0, sequences, 32):  # 32 streams at a time: bounded memory
+                    x = inputs[start : start + 32].reshape(-1, length)
+                    y = targets[start : start + 32].reshape(-1, length)
+                    ce = torch.nn.functional.cross_entropy(
+                        model(x).transpose(1, 2), y, reduction="none"
+                    )
+                    total += ce.to(torch.float64).sum(0)
+                per_pos = total / (sequences * n // length)
                 for p in range(length):
                     rows.append(
                         {
@@ -336,7 +341,7 @@ def early_tokens(lab: Lab) -> list[dict]:
     return rows
 
 
-def curse_summary(rows: list[dict], tail: int = 4) -> list[dict]:
+def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
     """How much of the long window's gain the early-token curse alone explains.
 
     Per scheme: ``short`` and ``long`` are the mean losses of the two
