@@ -41,9 +41,9 @@ cached by shape.  Compiling needs a C++ compiler on a CPU and Triton on a GPU;
 :func:`flex_available` says whether the path can run.  Under
 ``torch.compile``/``torch.export`` tracing, functorch transforms and on meta
 tensors ``backend="auto"`` takes the eager path (traceable) and
-``backend="flex"`` raises.  PyTorch has no FlexAttention backward on a CPU,
-so there ``auto`` takes the eager path when gradients are needed and ``flex``
-raises.
+``backend="flex"`` raises.  On a CPU the kernel takes float32, bfloat16 and
+float16 only, and PyTorch has no FlexAttention backward there: for float64 or
+when gradients are needed ``auto`` takes the eager path and ``flex`` raises.
 
 Precision: scores are float32 for float32, bfloat16 and float16 inputs
 (float64 for float64), so the bias term is added in float32 at least; the eager
@@ -66,6 +66,9 @@ from .t5 import T5RelativeBias
 __all__ = ["flex_attention", "flex_available", "supports_flex"]
 
 BACKENDS = ("auto", "flex", "eager")
+
+# What PyTorch's FlexAttention kernel takes on a CPU (float64 runs the eager path).
+CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 # Block size of the block mask: FlexAttention's default on every device.
 BLOCK = 128
@@ -281,6 +284,11 @@ def choose(backend: str, scheme, call, *, needs_grad: bool) -> bool:
                 "torch.compile/torch.export tracing, inside vmap/grad/jvp or on meta/fake "
                 "tensors; use backend='auto' (the eager path there) or 'eager'"
             )
+        if q.device.type == "cpu" and q.dtype not in CPU_DTYPES:
+            raise ValueError(
+                f"backend='flex' takes float32, bfloat16 and float16 on a CPU (PyTorch's "
+                f"FlexAttention kernel), got {q.dtype}; use backend='eager' or 'auto'"
+            )
         if needs_grad and q.device.type == "cpu":
             raise ValueError(
                 "backend='flex' has no backward on a CPU (PyTorch's FlexAttention computes "
@@ -295,6 +303,7 @@ def choose(backend: str, scheme, call, *, needs_grad: bool) -> bool:
         and not _traced(q)
         and not _transformed(q)
         and type(q) is torch.Tensor
+        and (q.device.type != "cpu" or q.dtype in CPU_DTYPES)
         and _changes_scores(scheme)
         and supports_flex(scheme)
         and q.shape[-2] * call.k.shape[-2] >= AUTO_MIN_SCORES

@@ -199,6 +199,8 @@ def test_refusals():
         attention(q, k, v, backend="sdpa")
     with pytest.raises(ValueError, match="no backward on a CPU"):
         attention(q.requires_grad_(True), k, v, encoding=alibi(), backend="flex")
+    with pytest.raises(ValueError, match="takes float32, bfloat16 and float16 on a CPU"):
+        attention(*(t.detach().double() for t in (q, k, v)), encoding=alibi(), backend="flex")
     with pytest.raises(ValueError, match="not available under"):
         attention(*(t.detach().to("meta") for t in (q, k, v)), encoding=alibi(), backend="flex")
     # Shaw with auto: the eager path, silently (that is not a wrong result)
