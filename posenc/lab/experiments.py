@@ -213,6 +213,21 @@ def _r(x: float) -> float:
     return round(float(x), 4)
 
 
+def _loss_row(lab: Lab, model, f: int, **keys) -> dict:
+    """One tidy row: ``keys``, then the mean loss at ``f * L``, the floor there and the excess."""
+    n = f * lab.config.train_len
+    loss = lab.lm_loss(model, n).mean().item()
+    floor = lab.floor(n)
+    return {
+        **keys,
+        "factor": f,
+        "length": n,
+        "loss": _r(loss),
+        "floor": _r(floor),
+        "excess": _r(loss - floor),
+    }
+
+
 # ------------------------------------------------------------------ experiments
 
 
@@ -235,20 +250,7 @@ def extrapolation(lab: Lab) -> list[dict]:
     rows = []
     for scheme in c.schemes:
         model, _ = lab.model("lm", scheme)
-        for f in c.eval_factors:
-            n = f * c.train_len
-            loss = lab.lm_loss(model, n).mean().item()
-            floor = lab.floor(n)
-            rows.append(
-                {
-                    "scheme": scheme,
-                    "factor": f,
-                    "length": n,
-                    "loss": _r(loss),
-                    "floor": _r(floor),
-                    "excess": _r(loss - floor),
-                }
-            )
+        rows += [_loss_row(lab, model, f, scheme=scheme) for f in c.eval_factors]
     return rows
 
 
@@ -259,21 +261,7 @@ def rope_scaling(lab: Lab) -> list[dict]:
     rows = []
 
     def row(method, finetuned, scale, f):
-        n = f * c.train_len
-        loss = lab.lm_loss(model, n).mean().item()
-        floor = lab.floor(n)
-        rows.append(
-            {
-                "method": method,
-                "finetuned": finetuned,
-                "scale": scale,
-                "factor": f,
-                "length": n,
-                "loss": _r(loss),
-                "floor": _r(floor),
-                "excess": _r(loss - floor),
-            }
-        )
+        rows.append(_loss_row(lab, model, f, method=method, finetuned=finetuned, scale=scale))
 
     for method in ROPE_METHODS:
         model = copy.deepcopy(base)
@@ -417,21 +405,8 @@ def injection(lab: Lab) -> list[dict]:
         for inject in ("input", "every"):
             model, curve = lab.model("lm", scheme, inject)
             for f in sorted({1, 2} & set(c.eval_factors)) or [1]:
-                n = f * c.train_len
-                loss = lab.lm_loss(model, n).mean().item()
-                floor = lab.floor(n)
-                rows.append(
-                    {
-                        "scheme": scheme,
-                        "inject": inject,
-                        "factor": f,
-                        "length": n,
-                        "loss": _r(loss),
-                        "floor": _r(floor),
-                        "excess": _r(loss - floor),
-                        "final_train_loss": _r(curve[-1]),
-                    }
-                )
+                row = _loss_row(lab, model, f, scheme=scheme, inject=inject)
+                rows.append({**row, "final_train_loss": _r(curve[-1])})
     return rows
 
 
