@@ -40,8 +40,10 @@ from urllib.parse import urlsplit
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "_build" / "html"
-SHOTS = ROOT / "_build" / "screenshots"
+# Another built copy (for instance one built with --path-output) can be checked by
+# setting POSENC_SITE to its html folder; its screenshots go beside it.
+SITE = Path(os.environ.get("POSENC_SITE", ROOT / "_build" / "html")).resolve()
+SHOTS = SITE.parent / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 WIDE, NARROW = 1400, 400
 MAX_SHOT_HEIGHT = 16000  # taller captures are unreliable in Chromium: tile them
