@@ -1,0 +1,81 @@
+"""A chapter's checked claims, asserted one by one and shown as one table.
+
+A run of bare ``True`` outputs tells a reader nothing; a table of *claim, measured
+value, bound* does, and the asserts stay.  Each method asserts at once, so a
+failing claim stops the notebook with its numbers::
+
+    claims = Claims()
+    claims.at_most("fp32 table error up to 10**6", err, 2.5e-7)
+    claims.at_least("weight kept by the nearest key", w0, 0.5)
+    claims.holds("RoPE scores depend on m - n only", diff < 1e-12, f"{diff:.0e}")
+    claims  # displayed as a Markdown table (render it with markdown_format: myst)
+
+The measured value is printed with ``fmt``.  Pick a format well above the value's
+noise (roundoff, thread count, CPU): stored outputs are compared on other machines.
+``magnitude=True`` prints an error as the power of ten above it (``< 1e-12``).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Claims"]
+
+
+def _power_above(value: float) -> str:
+    if value <= 0:
+        return "0"
+    return f"< 1e{math.floor(math.log10(value)) + 1}"
+
+
+class Claims:
+    """Assert claims one at a time and show them as a ``claim | measured | bound`` table."""
+
+    def __init__(self):
+        self.rows: list[tuple[str, str, str]] = []
+
+    def _show(self, value, fmt: str, magnitude: bool) -> str:
+        return _power_above(float(value)) if magnitude else format(float(value), fmt)
+
+    def at_most(self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude=False):
+        """Assert ``value <= bound`` (a NaN fails) and record the row."""
+        value = float(value)
+        assert value <= bound, f"{claim}: measured {value!r}, bound <= {bound!r}"
+        self.rows.append((claim, self._show(value, fmt, magnitude), f"≤ {bound:{fmt}}"))
+        return self
+
+    def at_least(self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude=False):
+        """Assert ``value >= bound`` (a NaN fails) and record the row."""
+        value = float(value)
+        assert value >= bound, f"{claim}: measured {value!r}, bound >= {bound!r}"
+        self.rows.append((claim, self._show(value, fmt, magnitude), f"≥ {bound:{fmt}}"))
+        return self
+
+    def between(self, claim: str, value, low: float, high: float, *, fmt: str = ".3g"):
+        """Assert ``low <= value <= high`` and record the row."""
+        value = float(value)
+        assert low <= value <= high, f"{claim}: measured {value!r}, bounds [{low!r}, {high!r}]"
+        self.rows.append((claim, format(value, fmt), f"[{low:{fmt}}, {high:{fmt}}]"))
+        return self
+
+    def holds(self, claim: str, ok: bool, measured: str = "yes", bound: str = "—"):
+        """Assert a claim that is not one number (``ok`` must be a true bool)."""
+        assert bool(ok), f"{claim}: does not hold (measured {measured})"
+        self.rows.append((claim, measured, bound))
+        return self
+
+    def markdown(self) -> str:
+        """The table in Markdown; ``|`` inside a cell is escaped."""
+
+        def cell(text: str) -> str:
+            return str(text).replace("|", "\\|")
+
+        lines = ["| claim | measured | bound |", "| --- | ---: | ---: |"]
+        lines += [f"| {cell(c)} | {cell(m)} | {cell(b)} |" for c, m, b in self.rows]
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
+
+    def __repr__(self) -> str:
+        return f"Claims({len(self.rows)} checked)"
