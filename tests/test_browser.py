@@ -13,13 +13,25 @@ Each page fails on
 - raw TeX in the text outside math (``\\frac``, ``$$``, ``\\begin{``, ``^{``) or a
   MathJax error (``merror``, or an undefined macro that MathJax shows in red);
 - an image that does not load (``naturalWidth`` 0);
-- a display equation wider than its column at a 1400 px viewport;
+- a display equation or a table wider than its column at a 1280 px viewport (it would
+  scroll or be cut off);
 - a figure without a numbered caption, or whose alt text is missing or a file path;
-- a page that scrolls sideways at a 400 px viewport.
+- a page that scrolls sideways at a 400 px viewport;
+- a solution a reader can see before clicking (a sphinx-exercise solution that is not a
+  closed dropdown), an exercise without a sphinx-exercise solution, or an exercise or
+  solution written outside the directives ("**Exercise 1.**", a code cell that starts
+  with "# Solution").
 
-A screenshot of every page (the full page at 1400 px, in tiles of 16000 px, and the first
-screen at 400 px) and a report of every defect found (``report.txt``, ``report.json``) go
-to ``_build/screenshots/``, which CI leaves behind.
+Over the whole book (``test_book_limits``):
+- at most 10% of display equations scroll sideways at 400 px;
+- at most 600 lines of code are visible without a click (code cell inputs outside
+  closed toggles; blank lines not counted).
+
+A screenshot of every page (the full page at 1280 px, in tiles of 16000 px, and the first
+screen at 400 px) and a report (``report.txt``, ``report.json``) go to
+``_build/screenshots/``, which CI leaves behind.  The report lists every defect, and per
+page the equations that scroll at 400 px and the visible code lines, with the book's
+totals at the end.
 """
 
 import base64
@@ -45,7 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("POSENC_SITE", ROOT / "_build" / "html")).resolve()
 SHOTS = SITE.parent / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-WIDE, NARROW = 1400, 400
+WIDE, NARROW = 1280, 400
+# Book-wide limits (issue 22).
+MAX_SCROLLING_SHARE_AT_400PX = 0.10
+MAX_VISIBLE_CODE_LINES = 600
 MAX_SHOT_HEIGHT = 16000  # taller captures are unreliable in Chromium: tile them
 PAGE_TIMEOUT = 90  # seconds for one page to load and typeset (2 busy cores)
 
@@ -304,6 +319,9 @@ const tex = (c) => {
   } catch (e) { return ""; }
 };
 const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+// Shown on load: rendered, and not inside a closed <details> (a folded cell or solution).
+const shown = (el) => el.checkVisibility({checkOpacity: true, checkVisibilityCSS: true})
+  && el.getClientRects().length > 0 && !el.closest("details:not([open])");
 // The typeset formula itself (not MathJax's hidden copy for screen readers).
 const formula = (c) => c.querySelector("mjx-math") || c;
 // Math a reader cannot see whole: the formula overflows a box that clips instead of
@@ -335,7 +353,10 @@ WIDE_CHECKS_JS = (
     + HELPERS_JS
     + r"""
   const out = {raw_tex: [], math_errors: [], broken_images: [], wide_equations: [],
-               cut_off_math: cutOffMath(), uncaptioned_figures: [], bad_alt_text: []};
+               wide_tables: [], cut_off_math: cutOffMath(), uncaptioned_figures: [],
+               bad_alt_text: [], solution_visible_before_click: [],
+               exercise_without_solution: [], exercise_outside_directive: [],
+               info_visible_code: []};
 
   // Raw TeX in text outside math, code and scripts.
   const SKIP = "script, style, pre, code, kbd, samp, textarea, mjx-container, .highlight";
@@ -371,12 +392,13 @@ WIDE_CHECKS_JS = (
     }
   }
 
-  // Display equations wider than their column (they scroll, or are cut off).
+  // Display equations wider than their box (they scroll, or are cut off).  The number
+  // moves under the formula when both do not fit side by side (posenc.css), so the
+  // formula's box is the whole column or the column minus the number.
   for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
     if (!c.offsetParent) continue;
     const column = (c.closest("div.math") || c.parentElement).getBoundingClientRect();
-    const eqno = c.parentElement.querySelector(".eqno");
-    const room = column.width - (eqno ? eqno.getBoundingClientRect().width + 8 : 0);
+    const room = Math.min(c.clientWidth || column.width, column.width);
     const needs = formula(c).getBoundingClientRect().width;
     if (needs > room + 1) {
       out.wide_equations.push(
@@ -384,9 +406,70 @@ WIDE_CHECKS_JS = (
     }
   }
 
-  // Content images: a figure with a numbered caption, and real alt text.
+  // Tables wider than the column they sit in: they scroll inside their box, or are cut.
   const article = document.querySelector("article.bd-article")
     || document.querySelector("[role=main]") || document.body;
+  const columnRight = (() => {
+    const r = article.getBoundingClientRect(), s = getComputedStyle(article);
+    return r.right - parseFloat(s.paddingRight || "0");
+  })();
+  for (const table of article.querySelectorAll("table")) {
+    if (!shown(table)) continue;
+    const box = table.parentElement;
+    const room = Math.min(box.clientWidth, columnRight - box.getBoundingClientRect().left);
+    const needs = Math.max(table.scrollWidth, table.getBoundingClientRect().width);
+    if (needs > room + 1) {
+      const head = clip([...table.querySelectorAll("th, td")].slice(0, 3)
+        .map((c) => c.textContent).join(" | "), 50);
+      const how = scrolls(box) ? "scrolls" : "cut off";
+      out.wide_tables.push(`${where(table)} needs ${Math.round(needs)}px, ` +
+                           `has ${Math.round(room)}px (${how}): ${head}`);
+    }
+  }
+
+  // Solutions stay folded until clicked, and exercises use the sphinx-exercise directives.
+  for (const sol of article.querySelectorAll(".solution")) {
+    const title = sol.querySelector(".admonition-title, summary");
+    const name = clip((title || sol).textContent, 40);
+    const body = [...sol.querySelectorAll(":scope > *, :scope > section > *")]
+      .filter((el) => !el.matches(".admonition-title, summary, button, section")
+                      && !(title && el.contains(title)));
+    const open = (sol.matches("details") && sol.open) || body.some(shown);
+    if (open) out.solution_visible_before_click.push(`${where(sol)} #${sol.id}: ${name}`);
+  }
+  const solved = new Set([...article.querySelectorAll(".solution .admonition-title a[href]")]
+    .map((a) => decodeURIComponent(a.getAttribute("href").split("#").pop())));
+  for (const ex of article.querySelectorAll(".exercise[id]")) {
+    if (!solved.has(ex.id)) {
+      out.exercise_without_solution.push(`${where(ex)} #${ex.id}: ${clip(ex.textContent, 60)}`);
+    }
+  }
+  for (const strong of article.querySelectorAll("p > strong:first-child")) {
+    if (/^\s*Exercise\s+\d+/i.test(strong.textContent) && !strong.closest(".exercise")) {
+      out.exercise_outside_directive.push(
+        `${where(strong)} "${clip(strong.parentElement.textContent, 60)}"`);
+    }
+  }
+  for (const pre of article.querySelectorAll(".cell_input pre")) {
+    const first = pre.textContent.trimStart().split("\n")[0];
+    if (/^#+\s*solution\b/i.test(first) && !pre.closest(".solution")) {
+      out.exercise_outside_directive.push(`${where(pre)} code cell "${clip(first, 60)}"`);
+    }
+  }
+
+  // Code a reader sees without clicking: lines of code cell inputs outside closed toggles
+  // (hide-input, hide-cell, folded solutions); removed cells are not in the page.
+  out.stats = {visible_code_lines: 0, visible_code_cells: 0};
+  for (const pre of article.querySelectorAll(".cell_input pre")) {
+    if (!shown(pre)) continue;
+    const lines = pre.textContent.split("\n").filter((line) => line.trim()).length;
+    out.stats.visible_code_lines += lines;
+    out.stats.visible_code_cells += 1;
+    out.info_visible_code.push(
+      `${where(pre)} ${lines} lines: ${clip(pre.textContent.trim().split("\n")[0], 50)}`);
+  }
+
+  // Content images: a figure with a numbered caption, and real alt text.
   const PATHLIKE = /(^|\/)[^\s\/]+\.(png|jpe?g|svg|gif|webp)$|^\.\.?\/|_images\//i;
   for (const img of article.querySelectorAll("img")) {
     const src = (img.getAttribute("src") || "").split("/").pop();
@@ -414,7 +497,19 @@ NARROW_CHECKS_JS = (
     + HELPERS_JS
     + r"""
   const out = {cut_off_math_at_400px: cutOffMath(), scrolls_sideways_at_400px: [],
-               info_inline_math_scrolls_at_400px: []};
+               info_inline_math_scrolls_at_400px: [], info_equations_scroll_at_400px: []};
+  // Display equations a reader has to scroll sideways (shown ones: not in a fold).
+  out.stats = {display_equations: 0, scrolling_equations_at_400px: 0};
+  for (const c of document.querySelectorAll('mjx-container[display="true"]')) {
+    if (!shown(c)) continue;
+    out.stats.display_equations += 1;
+    const needs = formula(c).getBoundingClientRect().width;
+    if (needs > c.clientWidth + 1) {
+      out.stats.scrolling_equations_at_400px += 1;
+      out.info_equations_scroll_at_400px.push(
+        `${describe(c)} needs ${Math.round(needs)}px, has ${c.clientWidth}px: ${tex(c)}`);
+    }
+  }
   for (const span of document.querySelectorAll("span.math")) {
     const c = span.querySelector("mjx-container");
     if (c && span.offsetParent && getComputedStyle(span).display !== "inline"
@@ -500,21 +595,65 @@ def inspect(browser, path, shot_name=None):
     tab.open(f"{origin}/{path}")
     tab.evaluate(SETTLE_JS)
     found = tab.evaluate(WIDE_CHECKS_JS)
+    stats = found.pop("stats")
     if shot_name:
         SHOTS.mkdir(parents=True, exist_ok=True)
         tab.screenshot(SHOTS / f"{shot_name}.png", full_page=True)
     tab.viewport(NARROW, 800, mobile=True)
     # Let the theme finish folding its sidebars (a CSS transition) before measuring.
     tab.evaluate("new Promise((ok) => setTimeout(() => requestAnimationFrame(ok), 700))")
-    found.update(tab.evaluate(NARROW_CHECKS_JS))
+    narrow = tab.evaluate(NARROW_CHECKS_JS)
+    stats.update(narrow.pop("stats"))
+    found.update(narrow)
     if shot_name:
         tab.screenshot(SHOTS / f"{shot_name}--400px.png", full_page=False)
     errors, foreign = tab.problems_logged(origin)
     found["console_errors"] = errors
     found["other_hosts"] = foreign
     found = {kind: items for kind, items in found.items() if items}
+    found["stats"] = stats  # counts for the book-wide limits (see book_limits)
     browser["cache"][path] = found
     return found
+
+
+def defects(found):
+    """The kinds of defect found on a page (``info_`` lists and counts left out)."""
+    return {k: v for k, v in found.items() if not k.startswith("info_") and k != "stats"}
+
+
+def book_limits(stats_by_page):
+    """The book-wide limits missed, and one line per page with its counts.
+
+    ``stats_by_page`` maps a page to the counts ``inspect`` measured on it.
+    """
+    lines, total = (
+        [],
+        dict.fromkeys(
+            ("display_equations", "scrolling_equations_at_400px", "visible_code_lines"), 0
+        ),
+    )
+    for page, stats in sorted(stats_by_page.items()):
+        for key in total:
+            total[key] += stats.get(key, 0)
+        lines.append(
+            f"{page}: {stats.get('scrolling_equations_at_400px', 0)} of "
+            f"{stats.get('display_equations', 0)} display equations scroll at 400 px; "
+            f"{stats.get('visible_code_lines', 0)} visible code lines "
+            f"in {stats.get('visible_code_cells', 0)} cells"
+        )
+    share = total["scrolling_equations_at_400px"] / max(total["display_equations"], 1)
+    lines.append(
+        f"BOOK: {total['scrolling_equations_at_400px']} of {total['display_equations']} "
+        f"display equations scroll at 400 px ({share:.1%}, limit "
+        f"{MAX_SCROLLING_SHARE_AT_400PX:.0%}); {total['visible_code_lines']} visible code "
+        f"lines (limit {MAX_VISIBLE_CODE_LINES})"
+    )
+    missed = []
+    if share > MAX_SCROLLING_SHARE_AT_400PX:
+        missed.append(f"{share:.1%} of display equations scroll sideways at 400 px")
+    if total["visible_code_lines"] > MAX_VISIBLE_CODE_LINES:
+        missed.append(f"{total['visible_code_lines']} code lines visible without a click")
+    return missed, lines
 
 
 def _report(page, found):
@@ -545,54 +684,108 @@ def test_site_has_pages():
 def test_page_renders_cleanly(browser, page):
     found = inspect(browser, f"site/{page}", shot_name=_shot_name(page))
     _report(page, found)
-    defects = {kind: items for kind, items in found.items() if not kind.startswith("info_")}
-    lines = [f"{kind}:\n    " + "\n    ".join(items) for kind, items in defects.items()]
-    assert not defects, f"{page} has defects (screenshot in {SHOTS}):\n" + "\n".join(lines)
+    bad = defects(found)
+    lines = [f"{kind}:\n    " + "\n    ".join(items) for kind, items in bad.items()]
+    assert not bad, f"{page} has defects (screenshot in {SHOTS}):\n" + "\n".join(lines)
+
+
+def test_book_limits(browser):
+    """Book-wide: equations that scroll at 400 px, and code visible without a click."""
+    stats = {}
+    for page in PAGES:
+        found = inspect(browser, f"site/{page}", shot_name=_shot_name(page))
+        _report(page, found)
+        stats[page] = found["stats"]
+    missed, lines = book_limits(stats)
+    _report("BOOK", {"info_per_page": lines})
+    assert not missed, "; ".join(missed) + "\n" + "\n".join(lines)
 
 
 # ------------------------------------------------------- the checks can fail at all
 
-SELFTEST_PAGE = r"""<!DOCTYPE html>
+SELFTEST_HEAD = r"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><link rel="icon" href="data:,">
 <script>window.MathJax = {};</script>
 <script defer src="../site/_static/mathjax/tex-chtml.js"></script>
 </head><body><main role="main"><article class="bd-article">
-<section id="defects">
+"""
+SELFTEST_PAGE = (
+    SELFTEST_HEAD
+    + r"""<section id="defects">
 <p>A proof whose line became a bullet: \frac{1}{2} and \begin{aligned} stay raw.</p>
 <div class="math" id="equation-bad">\[\notamacro{x} + 1\]</div>
 <div class="math" id="equation-wide">\[%s\]</div>
 <p>Inline <span class="math">\(%s\)</span> math.</p>
 <figure><img src="../site/_static/images/logo_binder.svg" alt="../_images/abc.png"></figure>
 <img src="missing.png" alt="a plot that is not there">
+<table><tr><th>scheme</th><td style="white-space: nowrap">%s</td></tr></table>
+<div class="exercise admonition" id="ex-shown"><p class="admonition-title">Exercise 1</p>
+<section><p>Compute x.</p></section></div>
+<div class="solution dropdown admonition" id="sol-shown">
+<p class="admonition-title">Solution to<a class="reference internal" href="#ex-shown">
+Exercise 1</a></p><section id="solution-content"><p>The answer is 3.</p></section></div>
+<div class="exercise admonition" id="ex-alone"><p class="admonition-title">Exercise 2</p>
+<section><p>Compute y.</p></section></div>
+<p><strong>Exercise 3.</strong> Written as a bold paragraph.</p>
+<div class="cell"><details class="hide above-input"><summary>Show code cell source</summary>
+<div class="cell_input"><pre># Solution to exercise 3
+y = 2</pre></div></details></div>
+<div class="cell"><div class="cell_input"><pre>%s</pre></div></div>
 <script>console.error("boom from the self-test");</script>
 </section></article></main></body></html>
 """
+)
 
 
 def test_checks_catch_each_kind_of_defect(browser):
     wide = " + ".join(f"x_{{{i}}}^{{2}}" for i in range(400))
+    code = "\n".join(f"x{i} = {i}" for i in range(MAX_VISIBLE_CODE_LINES + 1))
     page = browser["webroot"] / "selftest" / "defects.html"
-    page.write_text(SELFTEST_PAGE % (wide, wide[:4000]))
+    page.write_text(SELFTEST_PAGE % (wide, wide[:4000], "a long cell " * 200, code))
     found = inspect(browser, "selftest/defects.html")
     assert any("frac" in t for t in found.get("raw_tex", [])), found
     assert any("notamacro" in t for t in found.get("math_errors", [])), found
     assert any("equation-wide" in t for t in found.get("wide_equations", [])), found
+    assert any("scheme" in t for t in found.get("wide_tables", [])), found
     assert found.get("broken_images") == ["missing.png"], found
     assert any("no caption" in t for t in found.get("uncaptioned_figures", [])), found
     assert any("abc.png" in t for t in found.get("bad_alt_text", [])), found
     assert any("boom" in t for t in found.get("console_errors", [])), found
     assert found.get("scrolls_sideways_at_400px"), found
+    assert any("sol-shown" in t for t in found.get("solution_visible_before_click", [])), found
+    unsolved = found.get("exercise_without_solution", [])
+    assert len(unsolved) == 1 and "ex-alone" in unsolved[0], found
+    outside = found.get("exercise_outside_directive", [])
+    assert any("Exercise 3." in t for t in outside), found
+    assert any("# Solution to exercise 3" in t for t in outside), found
+    assert any("equation-wide" in t for t in found.get("info_equations_scroll_at_400px", []))
+    # The two display equations, one of which scrolls: over the limit for the book.
+    stats = found["stats"]
+    assert stats["display_equations"] == 2 and stats["scrolling_equations_at_400px"] == 1
+    assert stats["visible_code_lines"] == MAX_VISIBLE_CODE_LINES + 1, stats  # folded: 0
+    missed, _ = book_limits({"defects.html": stats})
+    assert len(missed) == 2, missed
 
 
 def test_checks_pass_a_clean_page(browser):
     page = browser["webroot"] / "selftest" / "clean.html"
     page.write_text(
-        SELFTEST_PAGE.split("<section")[0]
-        + '<section id="ok"><p>Text with <span class="math">\\(x^2\\)</span>.</p>'
-        '<div class="math">\\[\\frac{a}{b}\\]</div></section></article></main></body></html>'
+        SELFTEST_HEAD + '<section id="ok"><p>Text with <span class="math">\\(x^2\\)</span>.</p>'
+        '<div class="math">\\[\\frac{a}{b}\\]</div>'
+        "<table><tr><th>a</th><td>1</td></tr></table>"
+        '<div class="exercise admonition" id="ex-ok"><p class="admonition-title">Exercise 1'
+        "</p><section><p>Compute x.</p></section></div>"
+        '<details class="solution dropdown admonition" id="sol-ok"><summary '
+        'class="admonition-title">Solution to <a href="#ex-ok">Exercise 1</a></summary>'
+        '<section><p>The answer.</p><div class="cell"><div class="cell_input"><pre>'
+        "answer = 3\nassert answer == 3</pre></div></div></section></details>"
+        '<div class="cell"><div class="cell_input"><pre>x = 1\n\ny = 2\nz = 3</pre></div></div>'
+        "</section></article></main></body></html>"
     )
     found = inspect(browser, "selftest/clean.html")
-    assert {kind: items for kind, items in found.items() if not kind.startswith("info_")} == {}
+    assert defects(found) == {}, found
+    assert found["stats"]["visible_code_lines"] == 3, found  # blank and folded lines left out
+    assert book_limits({"clean.html": found["stats"]})[0] == []
 
 
 # ------------------------------------------------------------------------- search
@@ -638,12 +831,12 @@ def teardown_module():
     if report.exists():
         data = json.loads(report.read_text())
         lines = []
-        for page, found in sorted(data.items()):
-            if not found:
-                lines.append(f"{page}: clean")
-                continue
-            lines.append(f"{page}:")
-            for kind, items in found.items():
-                lines.append(f"  {kind} ({len(items)}):")
-                lines.extend(f"    {item}" for item in items)
+        for page, found in sorted(data.items(), key=lambda item: item[0] == "BOOK"):
+            stats = found.get("stats", {})
+            items = {kind: v for kind, v in found.items() if kind != "stats"}
+            counts = ", ".join(f"{k} {v}" for k, v in stats.items())
+            lines.append(f"{page}: {counts or ''}{'' if items else ' (clean)'}".rstrip())
+            for kind, entries in items.items():
+                lines.append(f"  {kind} ({len(entries)}):")
+                lines.extend(f"    {entry}" for entry in entries)
         (SHOTS / "report.txt").write_text("\n".join(lines) + "\n")

@@ -5,13 +5,16 @@ point anywhere; only what a browser *fetches* to render a page is checked: scrip
 stylesheets, images, media, iframes, and ``url(...)``/``@import`` inside CSS.
 """
 
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-SITE = Path(__file__).resolve().parents[1] / "_build" / "html"
+ROOT = Path(__file__).resolve().parents[1]
+# Another built copy (one built with --path-output) can be checked with POSENC_SITE.
+SITE = Path(os.environ.get("POSENC_SITE", ROOT / "_build" / "html")).resolve()
 
 # (tag, attribute) pairs whose URL the browser loads while rendering.
 _FETCHED = {
@@ -168,8 +171,12 @@ def test_every_bibliography_entry_links_to_its_source():
 
 def test_every_chapter_has_colab_and_binder_launch_links():
     # The THEBE_JS_URL fix (book/_ext/single_inline_scripts.py) must leave these alone.
-    toc = (Path(__file__).resolve().parents[1] / "_toc.yml").read_text()
-    chapters = [c for c in re.findall(r"file:\s*(book/\S+)", toc) if c != "book/bibliography"]
+    # Notebooks only: the Markdown pages (notation, bibliography) have nothing to run.
+    toc = (ROOT / "_toc.yml").read_text()
+    chapters = [
+        c for c in re.findall(r"file:\s*(book/\S+)", toc) if (ROOT / f"{c}.ipynb").is_file()
+    ]
+    assert len(chapters) >= 10, chapters
     for chapter in chapters:
         text = (SITE / f"{chapter}.html").read_text(encoding="utf-8")
         notebook = f"{chapter}.ipynb"
@@ -177,3 +184,39 @@ def test_every_chapter_has_colab_and_binder_launch_links():
         binder = f"https://mybinder.org/v2/gh/posenc/posenc/main?urlpath=tree/{notebook}"
         assert colab in text, chapter
         assert binder in text, chapter
+
+
+def _sidebar_links(page):
+    nav = re.search(
+        r'<nav class="[^"]*bd-docs-nav.*?</nav>', page.read_text(encoding="utf-8"), re.S
+    )
+    assert nav, f"{page}: no sidebar"
+    return re.findall(r'<a class="reference[^"]*" href="([^"]+)"', nav.group(0))
+
+
+def test_sidebar_links_the_notation_page_and_the_index_of_statements():
+    # _toc.yml names the index with a placeholder that book/_ext/proof_index_in_toc.py
+    # resolves; a relative link on every page, so it works offline and in subfolders.
+    index = SITE / "prf-prf.html"
+    assert index.is_file(), "sphinx-proof did not write its index"
+    assert "prop-rope-layouts" in index.read_text(encoding="utf-8")
+    for page in [
+        SITE / "book" / "rope.html",
+        SITE / "book" / "notation.html",
+        SITE / "book" / "index.html",
+    ]:
+        links = _sidebar_links(page)
+        # The current page links to itself as "#".
+        targets = {(page.parent / href.split("#")[0]).resolve() for href in links if href[0] != "#"}
+        targets.add(page.resolve())
+        assert index.resolve() in targets, (page, links)
+        assert (SITE / "book" / "notation.html").resolve() in targets, (page, links)
+
+
+def test_notation_page_defines_the_source_documents():
+    text = (SITE / "book" / "notation.html").read_text(encoding="utf-8")
+    assert "source documents" in text
+    for author in ("Su", "Canal", "Wang", "Notes on Positional Encoding"):
+        assert author in text, author
+    for term in ("interleaved", "half", "kv_heads", "key minus query"):
+        assert term in text, term
