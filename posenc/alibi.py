@@ -5,7 +5,7 @@ score of query position ``i`` and key position ``j``: a fixed, head-specific
 penalty that grows linearly with distance.  The slopes ``m_h`` form a geometric
 sequence, so some heads look far back and others stay local.
 
-Conventions (shared with :mod:`posenc.scheme`): keys sit at positions
+Conventions (shared with :func:`posenc.attention`): keys sit at positions
 ``0 .. k_len-1``; queries at ``q_offset .. q_offset+q_len-1`` with the default
 ``q_offset = k_len - q_len`` (queries are the newest tokens, as with a KV
 cache).  The bias only depends on ``|key - query|``, so its sign convention
@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_dtype, check_heads, check_int, check_offset
+from .context import as_context
 from .scheme import PositionalScheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -135,20 +136,22 @@ def alibi_bias(
 
 
 class ALiBi(PositionalScheme):
-    """ALiBi as a :class:`~posenc.scheme.PositionalScheme` for :func:`posenc.attention`.
+    """ALiBi as a :class:`~posenc.PositionalScheme` for :func:`posenc.attention`.
 
     Adds ``-m_h * |query - key|`` (positions as given by ``attention``, so a
     ``q_offset``, a KV cache or the per-sample positions of a left-padded
     batch are handled) to the scaled scores of head ``h``.  Queries must have
     shape ``(..., num_heads, q_len, d)``; keys may have fewer heads
-    (grouped-query attention).  The bias is ``(num_heads, q_len, k_len)``, or
-    ``(batch, num_heads, q_len, k_len)`` for per-sample positions.
+    (grouped-query attention).
 
-    ``materializes_bias = True``: the bias is a dense ``(num_heads, q_len,
-    k_len)`` tensor, O(n^2) per head.  PyTorch's SDPA has no built-in ALiBi,
-    so the only way to pass it a position-dependent additive term is an
-    explicit ``attn_mask`` tensor, which rules out the flash kernel.  The bias
-    is symmetric, so the same scheme serves causal (mask added by
+    Both paths read the buffer ``slopes`` ``(num_heads,)``, float64 (kept so by
+    ``module.to(dtype)``): :meth:`score_mod` for FlexAttention (no O(n^2)
+    tensor) and :meth:`bias` for the eager path, a dense ``(num_heads, q_len,
+    k_len)`` bias (``(batch, num_heads, q_len, k_len)`` for per-sample
+    positions) computed in float64 and rounded once.  PyTorch's SDPA has no
+    built-in ALiBi, so the eager path hands it that tensor as ``attn_mask``.
+    A subclass that sets other slopes (say, twice as steep) keeps both paths.
+    The bias is symmetric, so the same scheme serves causal (mask added by
     ``attention``) and bidirectional attention.
 
     Parameters
@@ -157,15 +160,33 @@ class ALiBi(PositionalScheme):
         Number of heads; the slopes are :func:`alibi_slopes` ``(num_heads)``.
     """
 
-    materializes_bias = True
+    quadratic_memory = True
+    reference = "press2022alibi"
+    float64_buffers = ("slopes",)
 
     def __init__(self, num_heads: int):
+        super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        self.slopes = alibi_slopes(self.num_heads)
+        self.register_buffer("slopes", alibi_slopes(self.num_heads))
 
-    def bias(self, q, k, q_positions, k_positions, scale):
-        check_heads(f"ALiBi({self.num_heads})", q, self.num_heads)
-        return _bias_from_positions(self.slopes, q_positions, k_positions, q.dtype)
+    def bias(self, q, k, ctx, *legacy):
+        """``-slopes[h] * |q_pos - k_pos|``, ``(num_heads, q_len, k_len)`` in ``q``'s dtype.
 
-    def __repr__(self) -> str:
-        return f"ALiBi(num_heads={self.num_heads})"
+        Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
+        """
+        ctx = as_context(q, k, ctx, *legacy)
+        check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
+        return _bias_from_positions(self.slopes, ctx.q_positions, ctx.k_positions, q.dtype)
+
+    def score_mod(self, ctx):
+        """``score - slopes[h] * |q_pos - k_pos|`` in float32 at least."""
+        work = torch.promote_types(ctx.dtype, torch.float32)
+        slopes = self.slopes.to(device=ctx.device, dtype=work)
+
+        def mod(score, b, h, q_pos, k_pos):
+            return score - slopes[h] * (q_pos - k_pos).abs().to(work)
+
+        return mod
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}"

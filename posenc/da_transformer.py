@@ -37,7 +37,9 @@ import torch
 from torch import nn
 
 from ._checks import check_choice, check_float, check_floating, check_heads, check_int
-from .scheme import PositionalScheme, attention, dot_scores, merge_masks, repeat_kv, softmax_weights
+from .masks import merge_masks
+from .scheme import PositionalScheme
+from .sdpa import dot_scores, repeat_kv, softmax_weights
 
 __all__ = ["learnable_sigmoid", "DAAttention"]
 
@@ -70,7 +72,7 @@ def learnable_sigmoid(x: torch.Tensor, v: torch.Tensor | float) -> torch.Tensor:
     return torch.exp(torch.logaddexp(zero, v) - torch.logaddexp(zero, v - x))
 
 
-class DAAttention(nn.Module, PositionalScheme):
+class DAAttention(PositionalScheme):
     """Distance-aware attention of :cite:t:`wu2021da`, as a :class:`PositionalScheme`.
 
     Use it as ``posenc.attention(q, k, v, encoding=DAAttention(num_heads))`` or
@@ -109,7 +111,8 @@ class DAAttention(nn.Module, PositionalScheme):
     Half-precision inputs are computed in float32 and rounded once.
     """
 
-    materializes_bias = True
+    quadratic_memory = True
+    reference = "wu2021da"
 
     def __init__(
         self,
@@ -119,7 +122,7 @@ class DAAttention(nn.Module, PositionalScheme):
         v_init: float = 0.0,
         normalize: str = "softmax",
     ):
-        nn.Module.__init__(self)
+        super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         w_init = check_float("w_init", w_init)
         v_init = check_float("v_init", v_init)
@@ -140,14 +143,31 @@ class DAAttention(nn.Module, PositionalScheme):
         v = self.v.to(work)[:, None, None]
         return learnable_sigmoid(w * dist.unsqueeze(-3), v).to(dtype)
 
-    def weights(self, q, k, *, mask, causal, q_offset, q_positions, k_positions, scale):
-        """Attention weights ``(batch, num_heads, q_len, k_len)``, per :attr:`normalize`."""
-        w = self._weights(q, k, mask, causal, q_offset, q_positions, k_positions, scale)
-        return w.to(q.dtype)
+    @property
+    def weights_sum_to_one(self) -> bool:
+        return self.normalize == "softmax"  # a row of ReLU scores may sum to zero
 
-    def _weights(self, q, k, mask, causal, q_offset, q_positions, k_positions, scale):
+    @classmethod
+    def examples(cls, num_heads, head_dim):
+        """Both normalisations, with ``w`` and ``v`` spread over the heads."""
+        out = {}
+        for label, normalize in (("", "softmax"), ("row_sum", "row_sum")):
+            m = cls(num_heads, normalize=normalize)
+            with torch.no_grad():
+                m.w.copy_(torch.linspace(-0.6, 0.4, num_heads))
+                m.v.copy_(torch.linspace(1.0, -1.0, num_heads))
+            out[label] = m
+        return out
+
+    def weights(self, q, k, ctx):
+        """Attention weights ``(batch, num_heads, q_len, k_len)``, per :attr:`normalize`."""
+        return self._weights(q, k, ctx).to(q.dtype)
+
+    def _weights(self, q, k, ctx):
         """The weights in float32 at least (float64 for float64 inputs)."""
-        check_heads(f"DAAttention({self.num_heads})", q, self.num_heads)
+        mask, causal, q_offset, scale = ctx.mask, ctx.causal, ctx.q_offset, ctx.scale
+        q_positions, k_positions = ctx.q_positions, ctx.k_positions
+        check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
         scores = dot_scores(q, k, scale)  # float32 at least; k repeated for grouped heads
         coef = self.coefficients(q_positions, k_positions, scores.dtype)
         if self.normalize == "softmax":  # the paper: the mask applies to the logits
@@ -177,39 +197,10 @@ class DAAttention(nn.Module, PositionalScheme):
         # an all-zero row attends to nothing: divide by 1 there instead of 0
         return a / torch.where(total > 0, total, torch.ones_like(total))
 
-    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
+    def attend(self, q, k, v, ctx):
         """Distance-aware attention: ``weights @ v``, shape ``(batch, num_heads, q_len, d_v)``."""
-        w = self._weights(q, k, mask, causal, q_offset, q_positions, k_positions, scale)
+        w = self._weights(q, k, ctx)
         return (w @ repeat_kv(v, q.shape[-3]).to(w.dtype)).to(v.dtype)
-
-    def forward(
-        self,
-        q,
-        k,
-        v,
-        *,
-        mask=None,
-        bias=None,
-        causal=False,
-        q_offset=None,
-        q_positions=None,
-        k_positions=None,
-        scale=None,
-    ):
-        """Same as ``posenc.attention(q, k, v, encoding=self, ...)``."""
-        return attention(
-            q,
-            k,
-            v,
-            encoding=self,
-            mask=mask,
-            bias=bias,
-            causal=causal,
-            q_offset=q_offset,
-            q_positions=q_positions,
-            k_positions=k_positions,
-            scale=scale,
-        )
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, normalize={self.normalize!r}"

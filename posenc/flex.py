@@ -59,11 +59,10 @@ import shutil
 import torch
 
 from ._checks import check_choice
-from .alibi import ALiBi
-from .scheme import PositionalScheme, _scheme
-from .t5 import T5RelativeBias
+from ._runtime import has_values
+from .scheme import as_scheme
 
-__all__ = ["flex_attention", "flex_available", "supports_flex"]
+__all__ = ["flex_available", "supports_flex"]
 
 BACKENDS = ("auto", "flex", "eager")
 
@@ -108,7 +107,7 @@ _failed: dict[str, str] = {}  # device type -> why compiling failed there (auto 
 
 
 def flex_available(device="cpu") -> bool:
-    """Whether :func:`flex_attention` can compile and run on ``device`` (a device or its type)."""
+    """Whether FlexAttention can compile and run on ``device`` (a device or its type)."""
     device_type = torch.device(device).type
     return _compiler_missing(device_type) is None and device_type not in _failed
 
@@ -131,8 +130,8 @@ AUTO_MAX_SHAPES = 8
 _auto_shapes: set = set()
 
 
-def _auto_shape_ok(call) -> bool:
-    key = (tuple(call.q.shape), tuple(call.k.shape), call.q.dtype, call.q.device.type)
+def _auto_shape_ok(q, k) -> bool:
+    key = (tuple(q.shape), tuple(k.shape), q.dtype, q.device.type)
     if key in _auto_shapes:
         return True
     if len(_auto_shapes) >= AUTO_MAX_SHAPES:
@@ -144,120 +143,33 @@ def _auto_shape_ok(call) -> bool:
 # --- which schemes FlexAttention expresses ---------------------------------------------------
 
 
-def _alibi_mod(scheme, q, k):
-    work = torch.promote_types(q.dtype, torch.float32)
-    slopes = scheme.slopes.to(device=q.device, dtype=work)
-
-    def mod(score, b, h, q_pos, k_pos):
-        return score - slopes[h] * (q_pos - k_pos).abs().to(work)
-
-    return mod
-
-
-def _t5_mod(scheme, q, k):
-    m = scheme.max_distance
-    rel = torch.arange(-m, m + 1, device=scheme.weight.device)
-    # (heads, 2M + 1): the bias of every relative position; beyond +-M the bucket is constant
-    table = scheme.weight[scheme.buckets(torch.zeros(1, dtype=torch.long), rel)[0]].t()
-    work = torch.promote_types(q.dtype, torch.float32)
-    table = table.to(device=q.device, dtype=work)
-
-    # bounds as tensors: a Python int captured here would be traced as a symbol
-    lo, hi = torch.tensor([-m, m], device=q.device)
-
-    def mod(score, b, h, q_pos, k_pos):
-        return score + table[h, torch.clamp(k_pos - q_pos, lo, hi) - lo]
-
-    return mod
-
-
-_BUILTIN = {ALiBi: _alibi_mod, T5RelativeBias: _t5_mod}
-
-
-def _scheme_score_mod(scheme, q, k):
-    """The scheme's ``f(score, b, h, q_pos, k_pos)``, ``None`` for no change, or ``False``."""
-    mod = scheme.score_mod(q, k)
-    if mod is not None:
-        return mod
-    factory = _BUILTIN.get(type(scheme))
-    if factory is not None:
-        return factory(scheme, q, k)
-    if type(scheme).bias is PositionalScheme.bias:
-        return None  # no bias: the scores are unchanged
-    return False
-
-
 def supports_flex(encoding) -> bool:
-    """Whether ``encoding`` runs exactly through :func:`flex_attention`.
+    """Whether ``encoding`` runs exactly through FlexAttention (``backend="flex"``).
 
-    True for ``None``, RoPE, ALiBi, T5 and any scheme whose
-    :meth:`~posenc.scheme.PositionalScheme.score_mod` returns a function;
-    false for schemes that replace ``attend`` or add a bias with no score_mod.
+    True for ``None``, schemes that only rotate (RoPE) and schemes whose
+    ``score_mod`` is defined at least as deep in their class hierarchy as
+    their ``bias`` (ALiBi, T5 and their subclasses, any scheme that writes a
+    ``score_mod``); false for schemes that replace ``attend`` or add a bias
+    with no matching ``score_mod``.  See :meth:`posenc.PositionalScheme.fused`.
     """
-    scheme = _scheme(encoding)
-    if type(scheme).attend is not PositionalScheme.attend:
-        return False
-    if type(scheme).bias is PositionalScheme.bias or type(scheme) in _BUILTIN:
-        return True
-    return type(scheme).score_mod is not PositionalScheme.score_mod
+    return type(as_scheme(encoding)).fused()
 
 
-def _changes_scores(scheme) -> bool:
+def _why_not(scheme) -> str:
+    cls = type(scheme)
+    name = cls.__name__
+    if "attend" in cls.hooks():
+        return f"{name} replaces attention (its own attend), which FlexAttention cannot express"
     return (
-        type(scheme) in _BUILTIN
-        or type(scheme).score_mod is not PositionalScheme.score_mod
-        or type(scheme).bias is not PositionalScheme.bias
+        f"{name} defines bias in a subclass of the class that defines its score_mod, so "
+        f"FlexAttention would compute a different term; define score_mod in {name} too"
     )
 
 
 # --- the path itself ---------------------------------------------------------------------------
 
 
-def flex_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    encoding=None,
-    mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    causal: bool = False,
-    q_offset: int | None = None,
-    q_positions=None,
-    k_positions=None,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """:func:`posenc.attention` through compiled FlexAttention: no O(q_len * k_len) bias.
-
-    Same arguments, shapes, conventions and result as :func:`posenc.attention`
-    (it is ``attention(..., backend="flex")``).  Raises ``ValueError`` when
-    ``encoding`` cannot be written as a score_mod (see :func:`supports_flex`)
-    and ``RuntimeError`` when FlexAttention cannot be compiled here (see
-    :func:`flex_available`).
-    """
-    from .scheme import attention
-
-    return attention(
-        q, k, v, encoding=encoding, mask=mask, bias=bias, causal=causal, q_offset=q_offset,
-        q_positions=q_positions, k_positions=k_positions, scale=scale, backend="flex",
-    )  # fmt: skip
-
-
-def _traced(t: torch.Tensor) -> bool:  # noqa: ARG001  (same signature as _transformed)
-    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
-
-
-def _transformed(t: torch.Tensor) -> bool:
-    if _traced(t):
-        return False
-    return (
-        torch._C._functorch.is_functorch_wrapped_tensor(t)
-        or t.device.type == "meta"
-        or isinstance(t, torch._subclasses.FakeTensor)
-    )
-
-
-def choose(backend: str, scheme, call, *, needs_grad: bool) -> bool:
+def choose(backend: str, scheme, q, k, ctx, *, needs_grad: bool) -> bool:
     """Whether :func:`posenc.attention` runs this call through FlexAttention.
 
     ``"eager"``: never.  ``"flex"``: always, or a clear error.  ``"auto"``: only
@@ -269,16 +181,14 @@ def choose(backend: str, scheme, call, *, needs_grad: bool) -> bool:
     backend = check_choice("backend", backend, BACKENDS)
     if backend == "eager":
         return False
-    q = call.q
+    cls = type(scheme)
     if backend == "flex":
-        if not supports_flex(scheme):
+        if not cls.fused():
             raise ValueError(
-                f"backend='flex' cannot express encoding {scheme!r}: it replaces attention or "
-                f"adds a content-dependent bias; use backend='eager' or 'auto' (FlexAttention "
-                f"takes None, RotaryEmbedding, ALiBi, T5RelativeBias and schemes with a "
-                f"score_mod)"
+                f"backend='flex' cannot express encoding {cls.__name__}: {_why_not(scheme)}; "
+                f"use backend='eager' or 'auto'"
             )
-        if _traced(q) or _transformed(q):
+        if not has_values(q):
             raise ValueError(
                 "backend='flex' compiles its own kernel and is not available under "
                 "torch.compile/torch.export tracing, inside vmap/grad/jvp or on meta/fake "
@@ -300,36 +210,39 @@ def choose(backend: str, scheme, call, *, needs_grad: bool) -> bool:
         return True
     return (
         not needs_grad
-        and not _traced(q)
-        and not _transformed(q)
+        and has_values(q)
         and type(q) is torch.Tensor
         and (q.device.type != "cpu" or q.dtype in CPU_DTYPES)
-        and _changes_scores(scheme)
-        and supports_flex(scheme)
-        and q.shape[-2] * call.k.shape[-2] >= AUTO_MIN_SCORES
+        and cls.changes_scores()
+        and cls.fused()
+        and q.shape[-2] * k.shape[-2] >= AUTO_MIN_SCORES
         and flex_available(q.device)
-        and _auto_shape_ok(call)
+        and _auto_shape_ok(q, k)
     )
 
 
-def run(scheme, call, causal: bool, *, explicit: bool):
-    """FlexAttention for a validated call of :func:`posenc.attention` (4-D tensors)."""
-    q, k, v = call.q, call.k, call.v
-    q, k = scheme.rotate(q, k, call.q_positions, call.k_positions)
-    mod = _scheme_score_mod(scheme, q, k)
-    if mod is False:  # supports_flex said yes, so a custom score_mod returned None
-        raise ValueError(f"{scheme!r}.score_mod returned None but the scheme has a bias")
+def run(scheme, q, k, v, ctx, *, explicit: bool):
+    """FlexAttention for validated 4-D tensors, ``q`` and ``k`` already rotated.
+
+    Returns ``None`` when compiling fails and ``explicit`` is false (``auto``
+    then takes the eager path and stops trying on this device type).
+    """
+    mod = scheme.score_mod(ctx)
+    if mod is None and type(scheme).changes_scores():
+        raise ValueError(
+            f"{type(scheme).__name__}.score_mod returned None but the scheme has a bias"
+        )
     batch, heads, q_len = q.shape[:3]
     k_len = k.shape[-2]
-    keep, extra = _split_mask(call.mask, batch, heads, q_len, k_len)
-    offset = _default_offset(call.q_positions, call.k_positions, call.q_offset)
-    score_mod = _score_mod(mod, call.q_positions, call.k_positions, extra, batch, offset)
-    block_mask = _block_mask(keep, causal, call.q_offset, batch, heads, q_len, k_len, q.device)
+    keep, extra = _split_mask(ctx.mask, batch, heads, q_len, k_len)
+    offset = _default_offset(ctx.q_positions, ctx.k_positions, ctx.q_offset)
+    score_mod = _score_mod(mod, ctx.q_positions, ctx.k_positions, extra, batch, offset)
+    block_mask = _block_mask(keep, ctx.causal, ctx.q_offset, batch, heads, q_len, k_len, q.device)
     fn = _compiled()
     kwargs = dict(
         score_mod=score_mod,
         block_mask=block_mask,
-        scale=call.scale,
+        scale=ctx.scale,
         enable_gqa=k.shape[1] != heads,
     )
     if explicit:

@@ -1,21 +1,24 @@
-"""A key/value cache for decoding that stores keys already rotated: RoPE's rotate-once path.
+"""A key/value cache for decoding with any scheme: keys transformed once, positions kept.
 
 Decoding one token at a time, a model attends from the new queries to every
-key so far.  With RoPE there are two ways to keep those keys:
+key so far.  :class:`KVCache` holds those keys and values and their positions:
 
-* keep them as projected and rotate the whole cache again at every step
-  (what ``posenc.attention(q, k, v, encoding=rope)`` does when given the full
-  cache): O(cache length) rotations per step;
-* rotate each new key once, at its position, and cache it rotated (this
-  module; transformers' ``DynamicCache`` and torchtune's ``KVCache`` do the
-  same): O(new tokens) rotations per step, whatever the cache length and
-  however large the positions.
+* :meth:`KVCache.update` transforms the new queries and keys once, through the
+  scheme's own ``rotate`` hook (RoPE rotates, xPos rotates and scales, bias
+  schemes leave them alone), and appends keys, values and positions: O(new
+  tokens) work per step, whatever the cache length, as transformers'
+  ``DynamicCache`` and torchtune's ``KVCache`` do for RoPE;
+* :meth:`KVCache.attention` attends from those queries to every cached key
+  with the scheme's ``score_mod``/``bias``/``attend`` at the cached positions,
+  and gives the rows of the full causal pass (``tests/test_conformance.py``
+  checks this for every registered scheme).
 
-The scores agree, since ``<R_m q, R_n k>`` depends only on ``n - m``; the
-attention itself then runs with no encoding on the rotated tensors, e.g.
-``posenc.attention(q_rot, keys, values, causal=True)``.  For a
-length-dependent scaling (dynamic NTK) the two differ past the original
-length: see :class:`posenc.RotaryEmbedding`.
+RoPE's scores agree with a full pass since ``<R_m q, R_n k>`` depends only on
+``n - m``.  For a length-dependent scaling (dynamic NTK) the two differ past the
+original length: see :class:`posenc.RotaryEmbedding`.  With RoPE or no scheme,
+``posenc.attention(q_rot, keys, values, causal=True)`` on what :meth:`update`
+returns is the same as :meth:`KVCache.attention`; with a bias scheme it is not
+(the scheme needs the cached positions), so use :meth:`KVCache.attention`.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ from __future__ import annotations
 import torch
 
 from ._checks import as_positions, check_floating, check_int
-from .rope import RotaryEmbedding
+from .attend import run
+from .context import CallContext, prepare
+from .scheme import PositionalScheme, as_scheme
 
 __all__ = ["KVCache"]
 
 
 class KVCache:
-    """Keys (rotated once, at their positions) and values of the tokens decoded so far.
+    """Keys (transformed once, at their positions), values and positions of the tokens so far.
 
     Shapes: ``batch`` items, ``heads`` query heads, ``kv_heads`` key/value
     heads (``kv_heads`` divides ``heads``: grouped-query attention, 1 for
@@ -38,9 +43,11 @@ class KVCache:
 
     Parameters
     ----------
-    rope
-        The :class:`posenc.RotaryEmbedding` that rotates new queries and keys,
-        or ``None`` to cache keys as given (no positional rotation).
+    encoding
+        Any :class:`posenc.PositionalScheme` (its ``rotate`` hook transforms new
+        queries and keys; :meth:`attention` applies the rest of it), or ``None``
+        for no positional information.  Passed as the first argument, as
+        ``KVCache(rope)`` always was; ``rope=`` is an alias.
     capacity
         Initial number of token slots.  Storage grows by doubling when an
         update does not fit, so appending costs amortised O(1) copies per token.
@@ -50,26 +57,43 @@ class KVCache:
 
     Examples
     --------
-    >>> rope = posenc.RotaryEmbedding(64, layout="half")
-    >>> cache = posenc.KVCache(rope)
-    >>> q, k, v = cache.update(q, k, v)   # prompt: positions 0 .. n-1
-    >>> out = posenc.attention(q, k, v, causal=True)
-    >>> q, k, v = cache.update(q1, k1, v1)  # one step: position n, keys (.., n+1, d)
+    >>> cache = posenc.KVCache(posenc.ALiBi(8))         # or RoPE, T5, xPos, ...
+    >>> q, k, v = cache.update(q, k, v)                  # prompt: positions 0 .. n-1
+    >>> out = cache.attention(q)                         # (batch, 8, n, d_v), causal
+    >>> q, k, v = cache.update(q1, k1, v1)               # one step: position n
+    >>> out = cache.attention(q)                         # (batch, 8, 1, d_v)
     """
 
-    def __init__(self, rope: RotaryEmbedding | None = None, *, capacity: int = 256):
-        if rope is not None and not isinstance(rope, RotaryEmbedding):
+    def __init__(
+        self,
+        encoding: PositionalScheme | None = None,
+        *,
+        capacity: int = 256,
+        rope: PositionalScheme | None = None,
+    ):
+        if rope is not None:
+            if encoding is not None:
+                raise ValueError("pass the scheme once: encoding or its alias rope, not both")
+            encoding = rope
+        if encoding is not None and not isinstance(encoding, PositionalScheme):
             raise TypeError(
-                f"rope must be a posenc.RotaryEmbedding or None, got {type(rope).__name__}"
+                f"encoding must be a posenc.PositionalScheme or None, got {type(encoding).__name__}"
             )
-        self.rope = rope
+        self.encoding = encoding
         self._initial = check_int("capacity", capacity, minimum=1)
         self.reset()
+
+    @property
+    def rope(self) -> PositionalScheme | None:
+        """Alias of :attr:`encoding` (the cache took only RoPE before issue 20)."""
+        return self.encoding
 
     def reset(self) -> None:
         """Forget every cached token (the next update may have new shapes)."""
         self._k = self._v = self._pos = None
         self._length = 0
+        self._new = None  # positions of the latest update's tokens, (n,) or (batch, n)
+        self._default = True  # every update so far had positions length .. length+n-1
 
     @property
     def length(self) -> int:
@@ -97,7 +121,7 @@ class KVCache:
         return None if self._pos is None else self._pos[:, : self._length]
 
     def update(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions=None):
-        """Rotate the new queries and keys at ``positions``, append keys and values.
+        """Transform the new queries and keys at ``positions``, append keys, values, positions.
 
         Parameters
         ----------
@@ -114,27 +138,30 @@ class KVCache:
 
         Returns
         -------
-        ``(q_rot, keys, values)``: the rotated queries ``(batch, heads, n, d)``
-        and every cached key and value, ``(batch, kv_heads, length, d)`` and
-        ``(batch, kv_heads, length, d_v)`` with ``length`` including the new
-        tokens (the last ``n``).  ``keys`` and ``values`` are views of the
-        cache's storage; later updates never change what they show.
-        Attend with no encoding, e.g. ``posenc.attention(q_rot, keys, values,
-        causal=True)``, adding a mask for padded keys where there are any.
+        ``(q_rot, keys, values)``: the transformed queries ``(batch, heads, n,
+        d)`` (the scheme's ``rotate``) and every cached key and value,
+        ``(batch, kv_heads, length, d)`` and ``(batch, kv_heads, length, d_v)``
+        with ``length`` including the new tokens (the last ``n``).  ``keys``
+        and ``values`` are views of the cache's storage; later updates never
+        change what they show.  Attend with :meth:`attention` ``(q_rot)``,
+        adding a mask for padded keys where there are any.
         """
         q, k, v = self._check(q, k, v)
         batch, n = k.shape[0], k.shape[-2]
         if positions is None:
             pos = torch.arange(self._length, self._length + n, device=k.device)
         else:
+            self._default = False
             pos = as_positions("positions", positions, device=k.device)
             if pos.shape not in ((n,), (1, n), (batch, n)):
                 raise ValueError(
                     f"positions must have shape (n,) = ({n},) or (batch, n) = ({batch}, {n}) "
                     f"for n new tokens, got {tuple(pos.shape)}"
                 )
-        if self.rope is not None:
-            q, k = self.rope.rotate(q, k, pos, pos)
+        if self.encoding is not None:
+            ctx = CallContext.of(q, k, q_positions=pos, k_positions=pos, q_offset=0)
+            q, k = self.encoding.rotate(q, k, ctx)
+        self._new = pos
         start, end = self._length, self._length + n
         tracked = [t for t in (k, v, self._k, self._v) if t is not None]
         if torch.is_grad_enabled() and any(t.requires_grad for t in tracked):
@@ -153,6 +180,57 @@ class KVCache:
         self._pos[:, start:end] = pos
         self._length = end
         return q, self.keys, self.values
+
+    def attention(
+        self,
+        q: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = True,
+        scale: float | None = None,
+        backend: str = "auto",
+    ) -> torch.Tensor:
+        """Attention from the latest update's queries to every cached key, with the scheme.
+
+        Parameters
+        ----------
+        q
+            The transformed queries :meth:`update` returned, ``(batch, heads,
+            n, d)``.
+        mask
+            Optional keep-mask or additive mask over the cached keys, ``(batch|1,
+            heads|1, n|1, length)`` (e.g. ``keep[:, None, None, :]`` for padded
+            keys), as in :func:`posenc.attention`.
+        causal
+            Query ``i`` of the update sees the keys up to its own token
+            (``j <= length - n + i``); ``False`` lets it see every cached key.
+        scale, backend
+            As in :func:`posenc.attention`.
+
+        Returns
+        -------
+        ``(batch, heads, n, d_v)``: the rows of the full pass for the new tokens.
+        The scheme's ``score_mod``/``bias``/``attend`` see the cached positions.
+        """
+        if self._new is None:
+            raise ValueError("call update() before attention(): the cache is empty")
+        n = self._new.shape[-1]
+        q = check_floating("q", q)
+        if q.dim() != 4 or q.shape[-2] != n:
+            raise ValueError(
+                f"q must be the (batch, heads, n, d) queries of the latest update (n = {n}), "
+                f"got shape {tuple(q.shape)}"
+            )
+        if self._default:  # shared positions 0 .. length-1: no per-sample lookups
+            k_pos, q_pos = None, None
+        else:
+            k_pos, q_pos = self.positions, self._new.expand(q.shape[0], n)
+        keys, values = self.keys, self.values
+        q4, k4, v4, ctx = prepare(
+            q, keys, values, mask=mask, bias=None, causal=causal, q_offset=None,
+            q_positions=q_pos, k_positions=k_pos, scale=scale,
+        )  # fmt: skip
+        return run(as_scheme(self.encoding), q4, k4, v4, ctx, backend=backend, rotated=True)
 
     # ------------------------------------------------------------------ internals
 

@@ -46,7 +46,22 @@ class LearnedEmbedding(nn.Module):
     ``torch.export``, where the values cannot be read while tracing, the
     lookup's own bounds check raises a ``RuntimeError`` instead (a negative
     position never wraps around to the last rows).
+
+    In :data:`posenc.SCHEMES` it is ``"learned"``, a scheme that acts on the
+    input (``acts_on = "input"``): a model adds :meth:`encode` ``(positions)``
+    to its token embeddings.
     """
+
+    # registry metadata (posenc.SCHEMES): a table added to the input embeddings
+    acts_on = "input"
+    quadratic_memory = False
+    reference = "gehring2017convs2s"
+    shared_across_layers = False
+
+    @classmethod
+    def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
+        """A ``(max_len, num_heads * head_dim)`` table (``max_len`` 512 if not given)."""
+        return cls(512 if max_len is None else max_len, num_heads * head_dim, **options)
 
     def __init__(
         self, max_positions: int, dim: int, *, init_std: float = 0.02, device=None, dtype=None
@@ -91,6 +106,10 @@ class LearnedEmbedding(nn.Module):
                 )
         # F.embedding, not weight[positions]: indexing would wrap a negative position
         return F.embedding(positions, self.weight)
+
+    def encode(self, positions) -> torch.Tensor:
+        """Rows for integer ``positions``: ``(*positions.shape, dim)`` (same as calling)."""
+        return self(positions)
 
     def extra_repr(self) -> str:
         return f"max_positions={self.max_positions}, dim={self.dim}, init_std={self.init_std}"

@@ -72,6 +72,7 @@ from ._checks import (
     check_position_values,
     has_values,
 )
+from .context import as_context
 from .scaling import RopeScaling
 from .scheme import PositionalScheme
 from .sinusoidal import sinusoidal_inv_freq
@@ -244,14 +245,18 @@ def apply_rope(
     return _rotate(x, cos, sin, layout, rotary_dim, out)
 
 
-class RotaryEmbedding(nn.Module, PositionalScheme):
-    """RoPE with a cached cos/sin table; also a :class:`posenc.PositionalScheme`.
+class RotaryEmbedding(PositionalScheme):
+    """RoPE with a cached cos/sin table, as a :class:`posenc.PositionalScheme`.
 
-    ``module(x, positions=None)`` equals :func:`apply_rope` with the module's
-    settings.  Used as ``posenc.attention(q, k, v, encoding=module)`` it
-    rotates queries and keys at their positions (:meth:`rotate`) and never
-    builds an O(q_len * k_len) bias.  For decoding, :class:`posenc.KVCache`
-    rotates each key once, when it is added, and caches it rotated.
+    Used as ``posenc.attention(q, k, v, encoding=module)`` it rotates queries
+    and keys at their positions (:meth:`rotate`) and never builds an
+    O(q_len * k_len) bias.  For decoding, :class:`posenc.KVCache` rotates each
+    key once, when it is added, and caches it rotated.
+    :meth:`rotate_one` ``(x, positions=None)`` equals :func:`apply_rope` with
+    the module's settings.  Calling the module is attention, as for every
+    scheme (``module(q, k, v, causal=True)``); ``module(x)`` and
+    ``module(x, positions)`` (one tensor, integer positions) still mean
+    :meth:`rotate_one`.
 
     The cache
     ---------
@@ -305,7 +310,7 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         ``compiled`` in :func:`apply_rope` for when it applies).
     """
 
-    materializes_bias = False
+    reference = "su2024roformer"
 
     def __init__(
         self,
@@ -318,7 +323,7 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         max_positions: int = 2048,
         compiled: bool = False,
     ):
-        nn.Module.__init__(self)
+        super().__init__()
         self.dim = check_even("dim", dim)
         self.rotary_dim = _check_rotary_dim(rotary_dim, self.dim)
         self.base = check_float("base", base, positive=True)
@@ -332,7 +337,23 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         self.inv_freq = rope_frequencies(self.rotary_dim, base=self.base, scaling=self.scaling)
         self._cache = None  # (cos, sin), each (length, rotary_dim // 2)
 
-    def forward(self, x: torch.Tensor, positions=None, *, out=None) -> torch.Tensor:
+    @classmethod
+    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+        """RoPE over the whole head (``dim = head_dim``); the table grows as needed."""
+        return cls(head_dim, **options)
+
+    def forward(self, x, *args, **kwargs):
+        """Attention, ``module(q, k, v, ...)``; or, with one tensor, :meth:`rotate_one`.
+
+        ``module(x)``, ``module(x, positions)`` and ``module(x, out=y)`` (no
+        second floating tensor) keep their old meaning, the rotation of ``x``.
+        """
+        second = args[0] if args else None
+        if isinstance(second, torch.Tensor) and second.is_floating_point():
+            return super().forward(x, *args, **kwargs)
+        return self.rotate_one(x, *args, **kwargs)
+
+    def rotate_one(self, x: torch.Tensor, positions=None, *, out=None) -> torch.Tensor:
         """Rotate ``x`` ``(..., seq, dim)`` at ``positions`` (forms as in :func:`apply_rope`)."""
         x, _ = _check_x(x, self.layout, self.rotary_dim)
         if x.shape[-1] != self.dim:
@@ -344,17 +365,20 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
             return _fused_rope.rotate(x, cos, sin, self.layout)
         return _rotate(x, cos, sin, self.layout, self.rotary_dim, out)
 
-    def rotate(self, q, k, q_positions, k_positions):
+    def rotate(self, q, k, ctx, *legacy):
         """:class:`posenc.PositionalScheme` hook: rotate ``q`` and ``k`` at their positions.
 
         ``q`` is ``(batch, heads, q_len, dim)`` and ``k`` is ``(batch, kv_heads,
         k_len, dim)`` (any ``kv_heads``, e.g. a divisor of ``heads``); the
-        positions are integer tensors ``(len,)`` or ``(batch, len)``, or of
-        shape ``q.shape[:-1]``/``k.shape[:-1]``.  Returns the rotated ``(q, k)``.
-        Reads no tensor value on the host when traced.
+        context's positions are integer tensors ``(len,)`` or ``(batch, len)``,
+        or of shape ``q.shape[:-1]``/``k.shape[:-1]``.  The old form
+        ``rotate(q, k, q_positions, k_positions)`` is accepted too.  Returns the
+        rotated ``(q, k)``.  Reads no tensor value on the host when traced.
         """
         q = check_floating("q", q, min_dim=2)
         k = check_floating("k", k, min_dim=2)
+        ctx = as_context(q, k, ctx, *legacy)
+        q_positions, k_positions = ctx.q_positions, ctx.k_positions
         for name, t in (("q", q), ("k", k)):
             if t.shape[-1] != self.dim:
                 raise ValueError(
@@ -458,9 +482,6 @@ class RotaryEmbedding(nn.Module, PositionalScheme):
         if self.compiled:
             s += ", compiled=True"
         return s
-
-    def __repr__(self) -> str:  # nn.Module's, not PositionalScheme's
-        return nn.Module.__repr__(self)
 
 
 # ---------------------------------------------------------------------- tables

@@ -21,7 +21,9 @@ import torch
 from torch import nn
 
 from ._checks import check_int, check_offset
-from .scheme import PositionalScheme, dot_scores, repeat_kv, softmax_weights
+from .context import as_context
+from .scheme import PositionalScheme
+from .sdpa import dot_scores, repeat_kv, softmax_weights
 
 __all__ = ["shaw_relative_indices", "ShawRelativeAttention"]
 
@@ -68,7 +70,7 @@ def shaw_relative_indices(
     return _labels(q_positions, torch.arange(k_len, device=device), max_distance)
 
 
-class ShawRelativeAttention(nn.Module, PositionalScheme):
+class ShawRelativeAttention(PositionalScheme):
     """Self-attention with learned relative key and value representations (Shaw et al., 2018).
 
     Parameters ``key_embeddings`` and ``value_embeddings`` have shape
@@ -87,8 +89,8 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
     explicitly, since SDPA cannot return the weights the value term needs);
     with ``values=False`` only the key term remains and it enters PyTorch's
     SDPA as an additive bias.  Masks go through the shared helpers of
-    :mod:`posenc.scheme` either way.  Either way the ``(..., q_len, k_len)`` scores
-    are materialised (``materializes_bias = True``); the ``(q_len, k_len,
+    :mod:`posenc.sdpa` either way.  Either way the ``(..., q_len, k_len)`` scores
+    are materialised (``quadratic_memory = True``); the ``(q_len, k_len,
     head_dim)`` relative tensors are not (see the module docstring).
 
     :func:`posenc.attention_weights` returns the softmax weights ``alpha``
@@ -107,7 +109,8 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
         ``head_dim ** -0.5``.
     """
 
-    materializes_bias = True
+    quadratic_memory = True
+    reference = "shaw2018self"
 
     def __init__(
         self,
@@ -151,31 +154,39 @@ class ShawRelativeAttention(nn.Module, PositionalScheme):
         labels = labels.expand(*per_label.shape[:-1], labels.shape[-1])
         return torch.gather(per_label, -1, labels), labels
 
-    def bias(self, q, k, q_positions, k_positions, scale):
-        self._check(q)
-        return scale * self._key_term(q, q_positions, k_positions)[0]
+    @property
+    def output_is_weights_times_v(self) -> bool:
+        return self.value_embeddings is None  # the value term adds to weights @ v
 
-    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
+    @classmethod
+    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+        """Clipping distance ``max_distance`` 16 unless given."""
+        options.setdefault("max_distance", 16)
+        return cls(head_dim, **options)
+
+    @classmethod
+    def examples(cls, num_heads, head_dim):
+        """The full model and the key term alone (an additive bias on the SDPA path)."""
+        return {"": cls(head_dim, 3), "key": cls(head_dim, 3, values=False)}
+
+    def bias(self, q, k, ctx, *legacy):
+        """``scale * q_i . a^K_ij`` ``(batch, heads, q_len, k_len)``; or the old 5-argument form."""
+        ctx = as_context(q, k, ctx, *legacy)
+        self._check(q)
+        return ctx.scale * self._key_term(q, ctx.q_positions, ctx.k_positions)[0]
+
+    def attend(self, q, k, v, ctx):
         self._check(q, v)
         if self.value_embeddings is None:
-            return super().attend(
-                q,
-                k,
-                v,
-                mask=mask,
-                causal=causal,
-                q_offset=q_offset,
-                q_positions=q_positions,
-                k_positions=k_positions,
-                scale=scale,
-            )
+            return super().attend(q, k, v, ctx)
+        scale, q_positions, k_positions = ctx.scale, ctx.q_positions, ctx.k_positions
         out_dtype = q.dtype
         # Softmax in float32 at least; half-precision inputs are promoted, then cast back.
         work = torch.promote_types(q.dtype, torch.float32)
         q = q.to(work)
         key_term, labels = self._key_term(q, q_positions, k_positions)
         logits = dot_scores(q, k, scale) + scale * key_term
-        alpha = softmax_weights(logits, mask=mask, causal=causal, q_offset=q_offset)
+        alpha = softmax_weights(logits, mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset)
         # Sum alpha_ij into its label's bin: (..., q_len, 2k+1), then one matmul with A^V.
         bins = alpha.new_zeros(*alpha.shape[:-1], self.key_embeddings.shape[0])
         bins = bins.scatter_add(-1, labels, alpha)

@@ -165,7 +165,22 @@ class SinusoidalEmbedding(nn.Module):
     scale
         Optional multiplier of ``x`` before the table is added (the paper
         multiplies token embeddings by ``sqrt(dim)``); ``1.0`` by default.
+
+    In :data:`posenc.SCHEMES` it is ``"sinusoidal"``, a scheme that acts on the
+    input (``acts_on = "input"``): a model adds :meth:`encode` ``(positions)``
+    to its token embeddings.
     """
+
+    # registry metadata (posenc.SCHEMES): a table added to the input embeddings
+    acts_on = "input"
+    quadratic_memory = False
+    reference = "vaswani2017attention"
+    shared_across_layers = False
+
+    @classmethod
+    def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
+        """The table for model width ``num_heads * head_dim`` (the registry's constructor)."""
+        return cls(num_heads * head_dim, **options)
 
     def __init__(
         self, dim: int, *, base: float = 10000.0, layout: str = "interleaved", scale: float = 1.0

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ._checks import as_positions, check_heads, check_int, check_offset, check_tensor
+from .context import as_context
 from .scheme import PositionalScheme
 
 __all__ = ["t5_relative_bucket", "T5RelativeBias"]
@@ -108,7 +109,7 @@ def t5_relative_bucket(
     return offset + torch.where(distance < max_exact, distance, log_bucket)
 
 
-class T5RelativeBias(nn.Module, PositionalScheme):
+class T5RelativeBias(PositionalScheme):
     """T5's learned per-head relative-position bias (Raffel et al., 2020).
 
     An embedding ``weight`` of shape ``(num_buckets, num_heads)`` holds one
@@ -119,9 +120,11 @@ class T5RelativeBias(nn.Module, PositionalScheme):
     scaled scores, so queries must have shape ``(..., num_heads, q_len, d)``.
     T5 itself does *not* scale scores by ``1/sqrt(d)`` (its initialisation
     absorbs the factor): to reproduce a T5 checkpoint exactly, call
-    ``posenc.attention(q, k, v, encoding=bias_module, scale=1.0)``.  The
-    bias is a dense ``(num_heads, q_len, k_len)`` tensor (``materializes_bias
-    = True``), O(n^2) per head, built from an O(n^2) bucket table.
+    ``posenc.attention(q, k, v, encoding=bias_module, scale=1.0)``.  On the
+    eager path the bias is a dense ``(num_heads, q_len, k_len)`` tensor, O(n^2)
+    per head, built from an O(n^2) bucket table; :meth:`score_mod` gives the
+    fused FlexAttention path, which builds neither.  :meth:`table` returns the
+    bias for a number of queries and keys (``module(q_len)`` still does).
 
     Parameters
     ----------
@@ -134,7 +137,9 @@ class T5RelativeBias(nn.Module, PositionalScheme):
         Standard deviation of the normal initialisation of ``weight``.
     """
 
-    materializes_bias = True
+    quadratic_memory = True
+    reference = "raffel2020t5"
+    shared_across_layers = True  # T5 holds one bias table for all layers
 
     def __init__(
         self,
@@ -169,7 +174,29 @@ class T5RelativeBias(nn.Module, PositionalScheme):
             max_distance=self.max_distance,
         )
 
-    def forward(
+    @classmethod
+    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+        """``bidirectional=not causal`` and ``max_distance = max(max_len, num_buckets)``."""
+        options.setdefault("bidirectional", not causal)
+        if max_len is not None:
+            options.setdefault("max_distance", max(max_len, options.get("num_buckets", 32)))
+        return cls(num_heads, **options)
+
+    @classmethod
+    def examples(cls, num_heads, head_dim):
+        """Small buckets and a weight drawn from N(0, 1), so that every bucket matters."""
+        m = cls(num_heads, num_buckets=8, max_distance=12)
+        with torch.no_grad():
+            m.weight.normal_()
+        return {"": m}
+
+    def forward(self, q, *args, **kwargs):
+        """Attention with this bias, ``module(q, k, v, ...)``; :meth:`table` for an int q_len."""
+        if isinstance(q, int):  # the old meaning of calling the module
+            return self.table(q, *args, **kwargs)
+        return super().forward(q, *args, **kwargs)
+
+    def table(
         self, q_len: int, k_len: int | None = None, *, q_offset: int | None = None
     ) -> torch.Tensor:
         """Bias ``(num_heads, q_len, k_len)`` for keys ``0..k_len-1`` and queries from ``q_offset``.
@@ -193,10 +220,35 @@ class T5RelativeBias(nn.Module, PositionalScheme):
         # Embedding lookup gives (..., q_len, k_len, heads); heads move before (q_len, k_len).
         return self.weight[self.buckets(q_positions, k_positions)].movedim(-1, -3)
 
-    def bias(self, q, k, q_positions, k_positions, scale):
+    def bias(self, q, k, ctx, *legacy):
+        """The dense bias at the context's positions, ``(num_heads, q_len, k_len)``.
+
+        Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
+        """
         check_tensor("q", q)
-        check_heads(f"T5RelativeBias({self.num_heads})", q, self.num_heads)
-        return self.bias_from_positions(q_positions, k_positions)
+        ctx = as_context(q, k, ctx, *legacy)
+        check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
+        return self.bias_from_positions(ctx.q_positions, ctx.k_positions)
+
+    def score_mod(self, ctx):
+        """``score + table[h, clamp(k_pos - q_pos, -M, M) + M]``, ``M = max_distance``.
+
+        ``table`` ``(num_heads, 2M + 1)`` holds the bias of every relative
+        position up to ``M`` (beyond, the bucket is constant), looked up in
+        float64 buckets beforehand.
+        """
+        m = self.max_distance
+        rel = torch.arange(-m, m + 1, device=self.weight.device)
+        table = self.weight[self.buckets(torch.zeros(1, dtype=torch.long), rel)[0]].t()
+        work = torch.promote_types(ctx.dtype, torch.float32)
+        table = table.to(device=ctx.device, dtype=work)
+        # bounds as tensors: a Python int captured here would be traced as a symbol
+        lo, hi = torch.tensor([-m, m], device=ctx.device)
+
+        def mod(score, b, h, q_pos, k_pos):
+            return score + table[h, torch.clamp(k_pos - q_pos, lo, hi) - lo]
+
+        return mod
 
     def extra_repr(self) -> str:
         return (

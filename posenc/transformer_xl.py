@@ -37,7 +37,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_even, check_float, check_floating, check_heads, check_int, check_tensor
-from .scheme import PositionalScheme, attention, dot_scores, scaled_dot_product, softmax_weights
+from .attend import attention
+from .scheme import PositionalScheme
+from .sdpa import dot_scores, scaled_dot_product, softmax_weights
 from .sinusoidal import sinusoidal_inv_freq
 
 __all__ = ["rel_shift", "relative_sinusoids", "TransformerXLScheme", "TransformerXLAttention"]
@@ -96,7 +98,7 @@ def relative_sinusoids(
     return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)
 
 
-class TransformerXLScheme(nn.Module, PositionalScheme):
+class TransformerXLScheme(PositionalScheme):
     """The position part of Transformer-XL attention, as a :class:`PositionalScheme`.
 
     Holds the per-head biases ``u`` and ``v`` and the projection ``W_{k,R}`` of
@@ -125,10 +127,11 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
     sinusoid, as in XLNet's bidirectional variant.
     """
 
-    materializes_bias = True
+    quadratic_memory = True
+    reference = "dai2019transformerxl"
 
     def __init__(self, num_heads: int, head_dim: int, *, d_model=None, base: float = 10000.0):
-        nn.Module.__init__(self)
+        super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
         d_model = num_heads * head_dim if d_model is None else d_model
@@ -141,7 +144,7 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
         nn.init.normal_(self.v, std=0.02)
 
     def _check(self, q):
-        check_heads("TransformerXLScheme", q, self.num_heads, head_dim=self.head_dim)
+        check_heads(type(self).__name__, q, self.num_heads, head_dim=self.head_dim)
 
     def projected_sinusoids(self, distances: torch.Tensor, dtype) -> torch.Tensor:
         """``W_{k,R} R_d`` for integer distances ``(n,)``: shape ``(num_heads, n, head_dim)``."""
@@ -207,17 +210,28 @@ class TransformerXLScheme(nn.Module, PositionalScheme):
         vb = self.v.to(q.dtype)[:, None, :]
         return q + u, scale * self.position_logits(q + vb, q_positions, k_positions)
 
-    def attend(self, q, k, v, *, mask, causal, q_offset, q_positions, k_positions, scale):
-        """Transformer-XL: ``softmax(scale * ((q + u) k^T + (q + v) . W_R R_{p-s})) v``."""
-        qu, pos = self._shifted(q, q_positions, k_positions, scale)
-        return scaled_dot_product(
-            qu, k, v, mask=mask, bias=pos, causal=causal, q_offset=q_offset, scale=scale
-        )
+    @classmethod
+    def examples(cls, num_heads, head_dim):
+        """``u`` and ``v`` drawn from N(0, 1), far from their small initialisation."""
+        m = cls(num_heads, head_dim)
+        with torch.no_grad():
+            m.u.normal_()
+            m.v.normal_()
+        return {"": m}
 
-    def weights(self, q, k, *, mask, causal, q_offset, q_positions, k_positions, scale):
-        qu, pos = self._shifted(q, q_positions, k_positions, scale)
-        logits = dot_scores(qu, k, scale) + pos
-        return softmax_weights(logits, mask=mask, causal=causal, q_offset=q_offset).to(q.dtype)
+    def attend(self, q, k, v, ctx):
+        """Transformer-XL: ``softmax(scale * ((q + u) k^T + (q + v) . W_R R_{p-s})) v``."""
+        qu, pos = self._shifted(q, ctx.q_positions, ctx.k_positions, ctx.scale)
+        return scaled_dot_product(
+            qu, k, v, mask=ctx.mask, bias=pos, causal=ctx.causal, q_offset=ctx.q_offset,
+            scale=ctx.scale,
+        )  # fmt: skip
+
+    def weights(self, q, k, ctx):
+        qu, pos = self._shifted(q, ctx.q_positions, ctx.k_positions, ctx.scale)
+        logits = dot_scores(qu, k, ctx.scale) + pos
+        w = softmax_weights(logits, mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset)
+        return w.to(q.dtype)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, d_model={self.d_model}"

@@ -230,7 +230,6 @@ def test_scheme_broadcasts_over_batch_and_runs_in_float32():
     ).float()
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert scheme.materializes_bias is True
     assert repr(scheme) == "ALiBi(num_heads=4)"
 
 

@@ -1,10 +1,15 @@
-"""Every PositionalScheme through the same battery.
+"""Every registered scheme through the same battery, parametrised over ``posenc.SCHEMES``.
 
-Adding a scheme to posenc means adding one line to ``SCHEMES``: the scheme is
-then checked for every mask form, grouped-query heads, per-sample positions of
-a left-padded batch, step-by-step decoding against the full causal pass,
-``torch.compile(fullgraph=True)``, ``torch.export``, gradcheck and gradgradcheck,
-meta tensors and bf16 against a float64 reference.
+Registering a scheme (one line in ``posenc/registry.py``) is all it takes: every
+entry that acts on attention, in every variant its class lists in
+``examples(num_heads, head_dim)``, is checked for every mask form, grouped-query
+heads, per-sample positions of a left-padded batch, step-by-step decoding
+(by hand and through ``posenc.KVCache``) against the full causal pass,
+``torch.compile(fullgraph=True)``, ``torch.export``, vmap, gradcheck and
+gradgradcheck, meta tensors, bf16 against a float64 reference, and the fused
+FlexAttention path against the eager one.  What a scheme may differ in is its
+metadata (``weights_sum_to_one``, ``output_is_weights_times_v``), never a name
+written here.
 
 The references are independent of the code under test where it matters:
 masking must equal removing the masked keys (with their positions kept), a
@@ -26,49 +31,20 @@ from posenc import attention, attention_weights
 
 HEADS, HEAD_DIM = 4, 8
 
-
-def _randomised(module, *names):
-    """Draw the named parameters from N(0, 1): far from any identity init, every term matters."""
-    with torch.no_grad():
-        for name in names:
-            getattr(module, name).normal_()
-    return module
-
-
-def _da(normalize):
-    m = posenc.DAAttention(HEADS, normalize=normalize)
-    with torch.no_grad():
-        m.w.copy_(torch.linspace(-0.6, 0.4, HEADS))
-        m.v.copy_(torch.linspace(1.0, -1.0, HEADS))
-    return m
-
-
-# One line per scheme: name -> factory for HEADS query heads of size HEAD_DIM.
-SCHEMES = {
-    "none": lambda: None,
-    "rope": lambda: posenc.RotaryEmbedding(HEAD_DIM),
-    "alibi": lambda: posenc.ALiBi(HEADS),
-    "t5": lambda: _randomised(
-        posenc.T5RelativeBias(HEADS, num_buckets=8, max_distance=12), "weight"
-    ),
-    "shaw_key": lambda: posenc.ShawRelativeAttention(HEAD_DIM, 3, values=False),
-    "shaw_values": lambda: posenc.ShawRelativeAttention(HEAD_DIM, 3),
-    "transformer_xl": lambda: _randomised(posenc.TransformerXLScheme(HEADS, HEAD_DIM), "u", "v"),
-    "da": lambda: _da("softmax"),
-    "da_row_sum": lambda: _da("row_sum"),
+# (case id, registry name, example label): every variant of every attention scheme
+CASES = {
+    (name if not label else f"{name}-{label}"): (name, label)
+    for name, cls in posenc.SCHEMES.items()
+    if cls.acts_on == "attention"
+    for label in cls.examples(HEADS, HEAD_DIM)
 }
 
-# Schemes whose output is not ``weights @ v`` (Shaw's value term adds to it).
-OUTPUT_NOT_WEIGHTS_TIMES_V = {"shaw_values"}
-# Schemes whose rows do not sum to 1 where a key is visible (ReLU then row sum).
-ROWS_MAY_BE_EMPTY = {"da_row_sum"}
 
-
-def make(name, dtype=torch.float64, device="cpu"):
-    scheme = SCHEMES[name]()
-    if isinstance(scheme, torch.nn.Module):
-        scheme = scheme.to(device=device, dtype=dtype)
-    return scheme
+def make(case, dtype=torch.float64, device="cpu"):
+    name, label = CASES[case]
+    torch.manual_seed(0)  # examples may draw parameters
+    scheme = posenc.SCHEMES[name].examples(HEADS, HEAD_DIM)[label]
+    return scheme.to(device=device, dtype=dtype)
 
 
 def qkv(batch=2, q_len=5, k_len=5, kv_heads=HEADS, dtype=torch.float64, seed=0):
@@ -79,7 +55,7 @@ def qkv(batch=2, q_len=5, k_len=5, kv_heads=HEADS, dtype=torch.float64, seed=0):
     return q, k, v
 
 
-ALL = list(SCHEMES)
+ALL = list(CASES)
 
 
 # --- masks -----------------------------------------------------------------------------------
@@ -124,9 +100,9 @@ def test_mask_forms_agree_and_weights_use_the_same_masks(name):
     w = attention_weights(q, k, encoding=scheme, mask=keep, bias=finite, causal=True)
     causal = torch.ones(5, 6, dtype=torch.bool).tril(1)
     assert torch.all(w[(~keep).expand_as(w)] == 0) and torch.all(w[..., ~causal] == 0)
-    if name not in ROWS_MAY_BE_EMPTY:
+    if scheme.weights_sum_to_one:
         torch.testing.assert_close(w.sum(-1), torch.ones(2, HEADS, 5, dtype=torch.float64))
-    if name not in OUTPUT_NOT_WEIGHTS_TIMES_V:
+    if scheme.output_is_weights_times_v:
         torch.testing.assert_close(by_bool, w @ v, rtol=1e-12, atol=1e-12)
 
 
@@ -258,6 +234,47 @@ def test_decoding_step_by_step_equals_the_full_causal_pass(name):
     torch.testing.assert_close(chunk, full[:, :, 2:5], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_kv_cache_decoding_equals_the_full_causal_pass(name):
+    """KVCache transforms each key once (the scheme's rotate) and keeps its position."""
+    scheme = make(name)
+    q, k, v = qkv(q_len=7, k_len=7, kv_heads=2)
+    full = attention(q, k, v, encoding=scheme, causal=True)
+    cache = posenc.KVCache(scheme, capacity=2)  # capacity 2: storage grows on the way
+    outs = []
+    for a, b in ((0, 3), (3, 4), (4, 6), (6, 7)):
+        q_new, keys, _ = cache.update(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b])
+        assert keys.shape[-2] == b
+        outs.append(cache.attention(q_new))
+    torch.testing.assert_close(torch.cat(outs, dim=2), full, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_kv_cache_left_padded_batch_equals_the_full_pass(name):
+    """Per-sample positions and a padding mask through the cache, as in the full pass."""
+    scheme = make(name)
+    q, k, v = qkv(batch=2, q_len=6, k_len=6, kv_heads=2)
+    keep = torch.ones(2, 6, dtype=torch.bool)
+    keep[1, :2] = False
+    positions = (keep.long().cumsum(-1) - 1).clamp(min=0)
+    mask = keep[:, None, None, :]
+    full = attention(q, k, v, encoding=scheme, causal=True, mask=mask, k_positions=positions)
+    cache = posenc.KVCache(scheme)
+    outs = []
+    for a, b in ((0, 4), (4, 5), (5, 6)):
+        q_new, _, _ = cache.update(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], positions[:, a:b])
+        outs.append(cache.attention(q_new, mask=mask[..., :b]))
+    torch.testing.assert_close(torch.cat(outs, dim=2), full, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_calling_a_scheme_is_its_eager_attention(name):
+    scheme = make(name)
+    q, k, v = qkv(q_len=4, k_len=6, kv_heads=2)
+    want = attention(q, k, v, encoding=scheme, causal=True, backend="eager")
+    torch.testing.assert_close(scheme(q, k, v, causal=True), want, rtol=0, atol=0)
+
+
 # --- transforms, tracing and devices ---------------------------------------------------------
 
 
@@ -306,6 +323,15 @@ def test_exports(name):
         exported = torch.export.export(module, inputs, strict=strict)
         got = exported.module()(*inputs)
         torch.testing.assert_close(got, module(*inputs), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_vmap_over_the_batch(name):
+    scheme = make(name)
+    q, k, v = qkv(batch=3, q_len=4, k_len=4, kv_heads=2)
+    want = attention(q, k, v, encoding=scheme, causal=True)
+    got = torch.vmap(lambda q, k, v: attention(q, k, v, encoding=scheme, causal=True))(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("check", [torch.autograd.gradcheck, torch.autograd.gradgradcheck])
@@ -369,12 +395,17 @@ def test_flex_backend_equals_eager_or_refuses(name):
         pytest.skip("FlexAttention cannot be compiled here")
     scheme = make(name, dtype=torch.float32)
     q, k, v, keep, positions = _traced_inputs()
-    kwargs = dict(encoding=scheme, mask=keep, causal=True, k_positions=positions)
-    if not posenc.supports_flex(scheme):
-        with pytest.raises(ValueError, match="backend='flex' cannot express"):
-            attention(q, k, v, backend="flex", **kwargs)
-        return
-    with torch.no_grad():
-        got = attention(q, k, v, backend="flex", **kwargs)
-        want = attention(q, k, v, backend="eager", **kwargs)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    kwargs = dict(mask=keep, causal=True, k_positions=positions)
+    # a subclass inherits its parent's paths, and errors name the subclass
+    sub = type(f"Sub{type(scheme).__name__}", (type(scheme),), {})
+    inherited = sub.__new__(sub)
+    inherited.__dict__.update(scheme.__dict__)
+    for s in (scheme, inherited):
+        if not posenc.supports_flex(s):
+            with pytest.raises(ValueError, match=f"cannot express encoding {type(s).__name__}:"):
+                attention(q, k, v, backend="flex", encoding=s, **kwargs)
+            continue
+        with torch.no_grad():
+            got = attention(q, k, v, backend="flex", encoding=s, **kwargs)
+            want = attention(q, k, v, backend="eager", encoding=s, **kwargs)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

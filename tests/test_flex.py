@@ -16,6 +16,7 @@ floating, so that SDPA keeps its fused kernel.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -42,20 +43,34 @@ def t5():
     return m
 
 
-SCHEMES = {"alibi": alibi, "t5": t5}
+def _example(name):
+    def make():
+        torch.manual_seed(0)
+        return posenc.SCHEMES[name].examples(HEADS, DIM)[""]
+
+    return make
+
+
+# every registered scheme that changes the scores through a score_mod
+SCHEMES = {
+    name: _example(name)
+    for name, cls in posenc.SCHEMES.items()
+    if cls.acts_on == "attention" and cls.fused() and cls.changes_scores()
+}
 
 
 def reference_bias(scheme, q_pos, k_pos):
-    """The scheme's bias from its formula, float64 ``(batch, heads, q_len, k_len)``."""
-    rel = k_pos[:, None, :] - q_pos[:, :, None]  # (batch, q_len, k_len): key - query
-    if isinstance(scheme, posenc.ALiBi):
-        slopes = posenc.alibi_slopes(HEADS)[None, :, None, None]
-        return -slopes * rel.abs()[:, None].double()
-    buckets = posenc.t5_relative_bucket(
-        rel, bidirectional=scheme.bidirectional, num_buckets=scheme.num_buckets,
-        max_distance=scheme.max_distance,
-    )  # fmt: skip
-    return scheme.weight.detach().double()[buckets].movedim(-1, 1)
+    """The scheme's eager bias in float64, ``(batch, heads, q_len, k_len)``.
+
+    Each scheme's test file checks that bias against its formula with explicit loops.
+    """
+    scheme = copy.deepcopy(scheme).double()
+    q = torch.zeros(q_pos.shape[0], HEADS, q_pos.shape[1], DIM, dtype=torch.float64)
+    k = torch.zeros(k_pos.shape[0], KV_HEADS, k_pos.shape[1], DIM, dtype=torch.float64)
+    ctx = posenc.CallContext.of(q, k, q_positions=q_pos, k_positions=k_pos)
+    with torch.no_grad():
+        q, k = scheme.rotate(q, k, ctx)
+        return scheme.bias(q, k, ctx).expand(q_pos.shape[0], HEADS, -1, -1)
 
 
 def reference(scheme, q, k, v, *, keep, q_pos, k_pos, scale, additive=None):
@@ -173,12 +188,31 @@ def test_auto_takes_flex_for_large_scores_only(monkeypatch):
 class ShiftedALiBi(posenc.ALiBi):
     """A custom scheme with its own score_mod: ALiBi plus a per-head constant."""
 
-    def bias(self, q, k, q_positions, k_positions, scale):
-        return super().bias(q, k, q_positions, k_positions, scale) + 0.5
+    def bias(self, q, k, ctx):
+        return super().bias(q, k, ctx) + 0.5
 
-    def score_mod(self, q, k):
-        slopes = self.slopes.to(q.device, torch.float32)
+    def score_mod(self, ctx):
+        slopes = self.slopes.to(ctx.device, torch.float32)
         return lambda score, b, h, qp, kp: score - slopes[h] * (qp - kp).abs() + 0.5
+
+
+class Steeper(posenc.ALiBi):
+    """ALiBi with doubled slopes: both inherited paths read ``self.slopes``."""
+
+    def __init__(self, num_heads):
+        super().__init__(num_heads)
+        self.slopes.mul_(2)
+
+
+class BiasOnly(posenc.ALiBi):
+    """Overrides bias but not score_mod: the inherited score_mod would be wrong."""
+
+    def bias(self, q, k, ctx):
+        return 2 * super().bias(q, k, ctx)
+
+
+class EmptyT5(posenc.T5RelativeBias):
+    pass
 
 
 def test_custom_scheme_with_score_mod():
@@ -187,6 +221,35 @@ def test_custom_scheme_with_score_mod():
     q, k, v = qkv()
     got, eager = both(scheme, q, k, v, causal=True)
     torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+
+
+def test_subclasses_keep_the_fused_path():
+    """A subclass with other slopes, and an empty subclass, run fused and equal eager."""
+    q, k, v = qkv()
+    keep, pos = left_padded(LEN)
+    steeper = Steeper(HEADS)
+    got, eager = both(steeper, q, k, v, causal=True, mask=keep[:, None, None, :], k_positions=pos)
+    causal = torch.ones(LEN, LEN, dtype=torch.bool).tril()
+    want = reference(
+        steeper, q, k, v, keep=keep[:, None, None, :] & causal, q_pos=pos, k_pos=pos,
+        scale=DIM**-0.5,
+    )  # fmt: skip
+    check(got, eager, want)
+    plain, _ = both(alibi(), q, k, v, causal=True)
+    assert (both(steeper, q, k, v, causal=True)[0] - plain).abs().max() > 1e-2  # slopes used
+    empty = EmptyT5(HEADS, num_buckets=8, max_distance=12)
+    got, eager = both(empty, q, k, v, causal=True)
+    torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+
+
+def test_a_subclass_that_overrides_bias_only_is_refused_by_name():
+    scheme = BiasOnly(HEADS)
+    assert not posenc.supports_flex(scheme)
+    q, k, v = qkv(q_len=8, k_len=8)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="cannot express encoding BiasOnly: BiasOnly defines"):
+            attention(q, k, v, encoding=scheme, backend="flex")
+    assert repr(scheme) == "BiasOnly(num_heads=4)"
 
 
 def test_refusals():
@@ -221,7 +284,7 @@ def test_explicit_flex_without_a_compiler_raises(monkeypatch):
 # --- the mask the eager path hands to SDPA ---------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5"])
+@pytest.mark.parametrize("name", SCHEMES)
 @pytest.mark.parametrize(
     "form", ["causal", "bool 4-D", "float 2-D", "bool 3-D heads", "per-sample positions"]
 )
@@ -234,7 +297,7 @@ def test_sdpa_gets_a_4d_contiguous_mask(name, form, monkeypatch):
         seen.append(attn_mask)
         return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
 
-    monkeypatch.setattr(posenc.scheme.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(posenc.sdpa.F, "scaled_dot_product_attention", spy)
     scheme = SCHEMES[name]()
     q, k, v = (t[:, :, :24] for t in qkv(kv_heads=HEADS))
     kwargs = {"causal": True}

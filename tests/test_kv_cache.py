@@ -158,8 +158,10 @@ def test_bad_input():
     rope = posenc.RotaryEmbedding(8)
     cache = posenc.KVCache(rope)
     q, k, v = torch.randn(2, 4, 3, 8), torch.randn(2, 2, 3, 8), torch.randn(2, 2, 3, 5)
-    with pytest.raises(TypeError, match="rope"):
-        posenc.KVCache(posenc.ALiBi(4))
+    with pytest.raises(TypeError, match="encoding must be a posenc.PositionalScheme"):
+        posenc.KVCache(rope.inv_freq)
+    with pytest.raises(ValueError, match="encoding or its alias rope"):
+        posenc.KVCache(rope, rope=rope)
     with pytest.raises(ValueError, match="capacity"):
         posenc.KVCache(rope, capacity=0)
     with pytest.raises(ValueError, match="4-D"):

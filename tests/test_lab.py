@@ -67,13 +67,13 @@ def test_positions_matter_except_for_nope():
 
 def test_unknown_scheme_and_bad_lengths_raise_value_errors_naming_the_parameter():
     with pytest.raises(ValueError, match="scheme must be one of 'none', 'sinusoidal'"):
-        TinyDecoder(32, "xpos", 8)
+        TinyDecoder(32, "bogus", 8)
     with pytest.raises(ValueError, match="train_len must be a positive integer"):
         TinyDecoder(32, "rope", 0)
     model = _model("rope")
     with pytest.raises(ValueError, match="length must be a positive integer, got 0"):
         evaluate_loss(model, LanguageTask(), 0, sequences=1, seed=0)
-    with pytest.raises(ValueError, match="inject='every' needs scheme"):
+    with pytest.raises(ValueError, match="inject=.every. needs a scheme that acts on the input"):
         _model("rope", inject="every")
     with pytest.raises(ValueError, match="table_len needs scheme 'learned'"):
         _model("rope", table_len=16)

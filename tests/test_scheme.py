@@ -15,7 +15,8 @@ import posenc
 from posenc import PositionalScheme, attention, attention_weights, causal_mask
 
 # the module, not the function of the same name that `posenc` re-exports
-attention_module = importlib.import_module("posenc.scheme")
+attention_module = importlib.import_module("posenc.attend")
+sdpa_module = importlib.import_module("posenc.sdpa")
 
 
 def reference_attention(q, k, v, *, bias=None, causal=False, q_offset=None, scale=None):
@@ -185,13 +186,13 @@ class _Spy:
 
     def __init__(self, monkeypatch):
         self.calls = []
-        real = attention_module.F.scaled_dot_product_attention
+        real = sdpa_module.F.scaled_dot_product_attention
 
         def spy(q, k, v, attn_mask=None, is_causal=False, scale=None, **kw):
             self.calls.append((attn_mask, is_causal))
             return real(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, **kw)
 
-        monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+        monkeypatch.setattr(sdpa_module.F, "scaled_dot_product_attention", spy)
 
 
 def test_fast_path_is_causal_with_zero_offset(monkeypatch):
@@ -510,10 +511,11 @@ class _Recorder(PositionalScheme):
     """Records the positions and shapes the hooks receive."""
 
     def __init__(self):
+        super().__init__()
         self.seen = []
 
-    def rotate(self, q, k, q_positions, k_positions):
-        self.seen.append((q.shape, k.shape, q_positions, k_positions))
+    def rotate(self, q, k, ctx):
+        self.seen.append((q.shape, k.shape, ctx.q_positions, ctx.k_positions))
         return q, k
 
 
@@ -552,7 +554,7 @@ def test_no_public_name_collides_with_a_submodule():
     import types
 
     modules = {m.name for m in pkgutil.iter_modules(posenc.__path__)}
-    assert "scheme" in modules and "attention" not in modules
+    assert "attend" in modules and "attention" not in modules
     for name in modules:
         value = vars(posenc).get(name)
         assert value is None or isinstance(value, types.ModuleType), name

@@ -1,33 +1,25 @@
-"""A tiny decoder-only transformer whose positional scheme is any posenc scheme.
+"""A tiny decoder-only transformer whose positional scheme is any registered posenc scheme.
 
 The model never computes a position itself: the tables, biases and rotations
-all come from :mod:`posenc`, so the lab measures the library's schemes.
+all come from :mod:`posenc`, so the lab measures the library's schemes.  It
+builds them from the registry, :data:`posenc.SCHEMES`: every registered scheme
+trains here, with ``cls.build(heads, head_dim, max_len=train_len, causal=True)``.
 
-===================  ===============================================  =================
-scheme               what ``posenc`` supplies                         where it acts
-===================  ===============================================  =================
-``none``             nothing (NoPE: ``encoding=None``)                 -
-``sinusoidal``       :class:`posenc.SinusoidalEmbedding`              added to the input
-``learned``          :class:`posenc.LearnedEmbedding`, ``table_len``  added to the input
-                     rows
-``rope``             :class:`posenc.RotaryEmbedding` (optionally      q and k, every layer
-                     with a :class:`posenc.RopeScaling`)
-``alibi``            :class:`posenc.ALiBi`                            scores, every layer
-``t5``               :class:`posenc.T5RelativeBias`, one module       scores, every layer
-                     shared by the layers as in T5
-``shaw``             :class:`posenc.ShawRelativeAttention` per layer  scores and values
-``transformer_xl``   :class:`posenc.TransformerXLScheme` per layer    scores
-``da``               :class:`posenc.DAAttention` per layer            attention weights
-===================  ===============================================  =================
+* A scheme that acts on the input (``acts_on = "input"``: ``sinusoidal``,
+  ``learned``) adds ``encode(positions)`` to the token embeddings, of the first
+  layer only or, with ``inject="every"``, of every layer (one table per layer).
+* A scheme that acts on attention is passed to ``posenc.attention`` in every
+  layer: one instance per layer, or one for all layers when its class says
+  ``shared_across_layers`` (T5, as in T5).  ``none`` is :class:`posenc.NoPE`.
 
-``inject="every"`` adds the sinusoidal or learned table to the input of every
-layer instead of only the first (the learned variant has one table per layer).
+The lab's settings of the original schemes (``rope_base``, ``shaw_clip``,
+``t5_buckets``, ``t5_max_distance``, ``table_len``) are options passed to
+``build``; the stored results were made with them.
 
 Shapes: tokens ``(batch, seq)`` int64 -> logits ``(batch, seq, vocab)``;
 attention runs on ``(batch, heads, seq, head_dim)`` with ``causal=True``.
-Memory: beyond the ``(batch, heads, seq, seq)`` attention that every scheme
-but RoPE and NoPE materialises anyway (see :mod:`posenc.attention`), the model
-builds no O(seq^2) tensor.
+Memory: beyond what each scheme's eager path builds (``quadratic_memory`` in
+:func:`posenc.scheme_table`), the model builds no O(seq^2) tensor.
 """
 
 from __future__ import annotations
@@ -41,26 +33,16 @@ from .._checks import check_choice, check_int
 
 __all__ = ["SCHEMES", "INJECTIONS", "TinyDecoder", "check_scheme"]
 
-SCHEMES = (
-    "none",
-    "sinusoidal",
-    "learned",
-    "rope",
-    "alibi",
-    "t5",
-    "shaw",
-    "transformer_xl",
-    "da",
-)
+#: Names of the schemes the lab trains: every entry of :data:`posenc.SCHEMES`.
+SCHEMES = tuple(posenc.SCHEMES)
 INJECTIONS = ("input", "every")
-_ADDITIVE = ("sinusoidal", "learned")  # schemes that add a table to the residual stream
 
 
 def check_scheme(scheme) -> str:
-    """Return ``scheme`` if it is one of :data:`SCHEMES`, else raise ``ValueError``."""
+    """Return ``scheme`` if it is a name in :data:`posenc.SCHEMES`, else raise ``ValueError``."""
     if not isinstance(scheme, str):
         raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
-    return check_choice("scheme", scheme, SCHEMES)
+    return check_choice("scheme", scheme, tuple(posenc.SCHEMES))
 
 
 class _Block(nn.Module):
@@ -76,9 +58,9 @@ class _Block(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
         )
-        # a scheme that is an nn.Module and owned by this layer is registered here;
-        # shared or parameter-free schemes are passed in at call time
-        self.encoding = encoding if isinstance(encoding, nn.Module) else None
+        # this layer's own scheme (None: a shared scheme, or none on attention, is passed
+        # in at call time)
+        self.encoding = encoding
 
     def forward(self, x: torch.Tensor, encoding) -> torch.Tensor:
         b, n, d = x.shape
@@ -97,10 +79,10 @@ class TinyDecoder(nn.Module):
     vocab
         Number of token ids.
     scheme
-        One of :data:`SCHEMES`.
+        A name in :data:`posenc.SCHEMES`.
     train_len
-        Training length ``L`` (recorded; the experiments pass it to RoPE
-        scalings as ``original_max_positions``).
+        Training length ``L``: ``max_len`` of every scheme's ``build`` (the
+        experiments also pass it to RoPE scalings as ``original_max_positions``).
     table_len
         Rows of the learned table (scheme ``learned`` only; default
         ``train_len``).  A table longer than ``train_len`` lets the model run
@@ -108,13 +90,16 @@ class TinyDecoder(nn.Module):
     d_model, layers, heads
         Width, depth and number of heads (``d_model`` divisible by ``heads``).
     inject
-        ``"input"`` or ``"every"`` (sinusoidal and learned only).
+        ``"input"`` or ``"every"`` (schemes that act on the input only).
     rope_base
         RoPE wavelength base.
     shaw_clip
         Shaw's clipping distance ``k``.
     t5_buckets, t5_max_distance
         T5's (unidirectional) bucketing.
+    options
+        More keyword arguments for the scheme's ``build``, e.g. a new scheme's
+        settings.
     """
 
     def __init__(
@@ -132,6 +117,7 @@ class TinyDecoder(nn.Module):
         shaw_clip: int = 16,
         t5_buckets: int = 16,
         t5_max_distance: int | None = None,
+        options: dict | None = None,
     ):
         super().__init__()
         self.vocab = check_int("vocab", vocab, minimum=1)
@@ -148,49 +134,41 @@ class TinyDecoder(nn.Module):
         if d_model % heads:
             raise ValueError(f"d_model must be divisible by heads={heads}, got {d_model}")
         self.inject = check_choice("inject", inject, INJECTIONS)
-        if inject == "every" and scheme not in _ADDITIVE:
+        cls = posenc.SCHEMES[scheme]
+        self.on_input = cls.acts_on == "input"
+        if inject == "every" and not self.on_input:
+            inputs = [n for n, c in posenc.SCHEMES.items() if c.acts_on == "input"]
             raise ValueError(
-                f"inject='every' needs scheme 'sinusoidal' or 'learned', got {scheme!r}"
+                f"inject='every' needs a scheme that acts on the input ({', '.join(inputs)}), "
+                f"got {scheme!r}"
             )
         self.rope_base = rope_base
         head_dim = d_model // heads
+        # the lab's settings of the original schemes: the stored results use them
+        lab_options = {
+            "rope": {"base": rope_base},
+            "shaw": {"max_distance": shaw_clip},
+            "t5": {"num_buckets": t5_buckets, "max_distance": t5_max_distance},
+            "learned": {"init_std": 1.0},  # the token embeddings are N(0, 1) as well
+        }.get(scheme, {})
+        self._options = {
+            k: v for k, v in {**lab_options, **(options or {})}.items() if v is not None
+        }
+        max_len = self.table_len if scheme == "learned" else self.train_len
+
+        def build():
+            return cls.build(heads, head_dim, max_len=max_len, causal=True, **self._options)
+
         self.embed = nn.Embedding(vocab, d_model)
-        n_tables = layers if inject == "every" else 1
         self.tables = None
-        self.sinusoid = None
-        if scheme == "learned":
-            # init 1.0: the token embeddings are N(0, 1) as well
-            self.tables = nn.ModuleList(
-                posenc.LearnedEmbedding(self.table_len, d_model, init_std=1.0)
-                for _ in range(n_tables)
-            )
-        elif scheme == "sinusoidal":
-            self.sinusoid = posenc.SinusoidalEmbedding(d_model)
-
-        def per_layer():
-            if scheme == "shaw":
-                return posenc.ShawRelativeAttention(head_dim, shaw_clip)
-            if scheme == "transformer_xl":
-                return posenc.TransformerXLScheme(heads, head_dim, d_model=d_model)
-            if scheme == "da":
-                return posenc.DAAttention(heads)
-            return None
-
-        self.blocks = nn.ModuleList(_Block(d_model, heads, per_layer()) for _ in range(layers))
-        # schemes shared by every layer
-        self.shared = None
-        if scheme == "t5":
-            self.shared = posenc.T5RelativeBias(
-                heads,
-                bidirectional=False,
-                num_buckets=t5_buckets,
-                max_distance=(
-                    max(train_len, t5_buckets) if t5_max_distance is None else t5_max_distance
-                ),
-            )
-        self._alibi = posenc.ALiBi(heads) if scheme == "alibi" else None
-        self._rope = None
-        self.set_rope_scaling(None)
+        if self.on_input:
+            self.tables = nn.ModuleList(build() for _ in range(layers if inject == "every" else 1))
+        shared = self.on_input or cls.shared_across_layers
+        self.blocks = nn.ModuleList(
+            _Block(d_model, heads, None if shared else build()) for _ in range(layers)
+        )
+        # a scheme shared by every layer, built after the blocks (the stored runs' draw order)
+        self.shared = build() if cls.shared_across_layers and not self.on_input else None
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
 
@@ -199,38 +177,27 @@ class TinyDecoder(nn.Module):
     def set_rope_scaling(self, scaling) -> None:
         """Use RoPE with ``scaling`` (a :class:`posenc.RopeScaling` or ``None``) from now on."""
         if self.scheme != "rope":
-            if scaling is not None:
-                raise ValueError(f"scaling needs scheme 'rope', got scheme {self.scheme!r}")
-            return
-        self._rope = posenc.RotaryEmbedding(
+            raise ValueError(f"scaling needs scheme 'rope', got scheme {self.scheme!r}")
+        rope = posenc.RotaryEmbedding(
             self.d_model // self.heads, base=self.rope_base, scaling=scaling
         )
+        for block in self.blocks:
+            block.encoding = rope
 
     @property
     def max_len(self) -> int | None:
-        """Longest input the model can run on: ``table_len`` for learned tables, else ``None``."""
-        return self.table_len if self.scheme == "learned" else None
+        """Longest input the model can run on: the rows of an input table, else ``None``."""
+        return getattr(self.tables[0], "max_positions", None) if self.on_input else None
 
     def check_length(self, length, name: str = "length") -> int:
         """Return ``length`` if the model can run on it, else raise ``ValueError``."""
         length = check_int(name, length, minimum=1)
         if self.max_len is not None and length > self.max_len:
             raise ValueError(
-                f"{name} must be at most {self.max_len} for scheme 'learned' (its table has "
-                f"{self.max_len} rows, positions 0..{self.max_len - 1}), got {length}"
+                f"{name} must be at most {self.max_len} for scheme {self.scheme!r} (its table "
+                f"has {self.max_len} rows, positions 0..{self.max_len - 1}), got {length}"
             )
         return length
-
-    def _encoding(self, block: _Block):
-        if block.encoding is not None:
-            return block.encoding
-        return {"rope": self._rope, "alibi": self._alibi, "t5": self.shared}.get(self.scheme)
-
-    def _add_position(self, x: torch.Tensor, layer: int) -> torch.Tensor:
-        if self.scheme == "sinusoidal":
-            return self.sinusoid(x)
-        table = self.tables[layer if self.inject == "every" else 0]
-        return x + table(x.shape[1])
 
     # ------------------------------------------------------------------ forward
 
@@ -240,10 +207,12 @@ class TinyDecoder(nn.Module):
             raise TypeError("tokens must be an int64 tensor of shape (batch, seq)")
         self.check_length(tokens.shape[1], "seq")
         x = self.embed(tokens)
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
         for i, block in enumerate(self.blocks):
-            if self.scheme in _ADDITIVE and (i == 0 or self.inject == "every"):
-                x = self._add_position(x, i)
-            x = block(x, self._encoding(block))
+            if self.on_input and (i == 0 or self.inject == "every"):
+                table = self.tables[i if self.inject == "every" else 0]
+                x = x + table.encode(positions).to(x.dtype)
+            x = block(x, self.shared if block.encoding is None else block.encoding)
         return self.head(self.ln_f(x))
 
     def extra_repr(self) -> str:
