@@ -36,6 +36,7 @@ _ENTRIES = {
     "shaw": "shaw:ShawRelativeAttention",
     "transformer_xl": "transformer_xl:TransformerXLScheme",
     "da": "da_transformer:DAAttention",
+    "xpos": "xpos:XPos",
 }
 
 
