@@ -44,6 +44,7 @@ from .attend import *  # noqa: F403
 from .context import *  # noqa: F403
 from .convert import *  # noqa: F403
 from .flex import *  # noqa: F403
+from .hf import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .masks import *  # noqa: F403
 from .multidim import *  # noqa: F403
@@ -51,6 +52,16 @@ from .registry import *  # noqa: F403
 from .scaling import *  # noqa: F403
 from .scheme import *  # noqa: F403
 from .sdpa import *  # noqa: F403
+
+# Names that lived in posenc.scheme before issue 20 split it (contract / attend / sdpa /
+# masks) stay importable from there; attached here, since scheme.py cannot import attend
+# (attend imports scheme)
+for _name in (
+    "attention", "attention_weights", "causal_mask", "dot_scores", "merge_masks", "repeat_kv",
+    "scaled_dot_product", "softmax_weights",
+):  # fmt: skip
+    setattr(globals()["scheme"], _name, globals()[_name])
+del _name
 
 # every registered scheme's module exports its public names: one registry line suffices
 for _module in _registry.modules():

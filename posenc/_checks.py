@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import torch
 
+from ._runtime import has_values
+
 __all__: list[str] = []  # private module
 
 # Largest |position| accepted anywhere positions enter attention.  Beyond 2**31
@@ -155,20 +157,6 @@ def check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:
             f"within 2**31 = {MAX_POSITION} of 0, got q_offset={q_offset} with q_len={q_len}"
         )
     return q_offset
-
-
-def has_values(t: torch.Tensor) -> bool:
-    """Whether ``t``'s values can be read on the host right now.
-
-    False under ``torch.compile``/``torch.export`` tracing, inside functorch
-    transforms (vmap, grad, jvp) and for meta or fake tensors: checks that read
-    values step aside there instead of breaking the graph.
-    """
-    if torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing():
-        return False
-    if t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor):
-        return False
-    return not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 def check_position_values(name: str, positions: torch.Tensor) -> None:

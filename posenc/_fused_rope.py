@@ -77,7 +77,7 @@ def _compiled(name: str):
 
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether the compiled path may run on these tensors right now."""
-    from ._checks import has_values
+    from ._runtime import has_values
     from .flex import flex_available
 
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):

@@ -27,6 +27,8 @@ import sys
 
 import torch
 
+from ._runtime import tracing
+
 __all__: list[str] = []  # private module
 
 # glibc's largest dynamic mmap threshold: allocations this big are always fresh
@@ -76,6 +78,6 @@ def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     fake and meta tensors do not.
     """
     t = torch.empty(*shape, dtype=dtype, device=device)
-    if torch.compiler.is_compiling() or type(t) is not torch.Tensor or t.device.type != "cpu":
+    if tracing() or type(t) is not torch.Tensor or t.device.type != "cpu":
         return t
     return advise_huge_pages(t)

@@ -93,17 +93,15 @@ def _kernel():
     return rope_kernel
 
 
-def rotate(x, cos, sin, layout, r, out):
+def rotate(x, cos, sin, group, layout, r, out):
     """Rotate the first ``r`` features of ``x`` into ``out`` (contiguous, like ``x``).
 
-    ``cos``/``sin`` are float32/float64 tables ``(..., seq, r // 2)`` broadcastable
-    against ``x.shape[:-1]``: shared ``(seq, r // 2)``, per batch item
-    ``(batch, 1, ..., seq, r // 2)``, or any other broadcast (then expanded).
-    Features ``r:`` must already be in ``out``.
+    ``cos``/``sin`` are float32/float64 tables ``(tb, seq, r // 2)``: flattened
+    batch entry ``n`` of ``x.reshape(-1, seq, dim)`` uses table ``n // group``
+    (``posenc._rope_kernels.table_batches`` builds them without copying shared
+    tables per head).  Features ``r:`` must already be in ``out``.
     """
     import triton
-
-    from .rope import _table_batches
 
     seq, dim, h = x.shape[-2], x.shape[-1], r // 2
     x2 = x.reshape(-1, dim)
@@ -111,7 +109,6 @@ def rotate(x, cos, sin, layout, r, out):
         x2 = x2.contiguous()
     out2 = out.view(-1, dim)
     n_rows = x2.shape[0]
-    cos, sin, group = _table_batches(cos, sin, x.shape[:-2])
     cos, sin = cos.contiguous(), sin.contiguous()
     block_h = triton.next_power_of_2(h)
     rows = max(1, min(64, 4096 // block_h))

@@ -47,7 +47,10 @@ import torch
 
 from . import _angles, _memory
 from ._checks import as_positions, check_choice, check_float, check_float_dtype, check_int
-from .rope import _check_x, _rotate, _rotate_functional, rope_frequencies
+from ._rope_kernels import rotate as _rotate
+from ._rope_kernels import rotate_functional as _rotate_functional
+from ._runtime import in_transform, tracing
+from .rope import _check_x, rope_frequencies
 from .sinusoidal import LAYOUTS as SINUSOIDAL_LAYOUTS
 from .sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 
@@ -260,7 +263,7 @@ def apply_axial_rope(
         )
     work = _angles.compute_dtype(x.dtype)
     cos, sin = axial_rope_cos_sin(pos, dim, base=base, dtype=work, device=x.device)
-    if _traced(x):
+    if tracing() or in_transform(x):
         if out is not None:
             raise ValueError("out must be None under torch.compile, vmap or other transforms")
         return _rotate_functional(x, cos, sin, layout, dim)
@@ -268,13 +271,6 @@ def apply_axial_rope(
 
 
 # ---------------------------------------------------------------------- internals
-
-
-def _traced(x: torch.Tensor) -> bool:
-    """True under torch.compile/export or a functorch transform: take the plain path."""
-    if torch.compiler.is_compiling():
-        return True
-    return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 def _check_grid_positions(name, positions, device):

@@ -29,23 +29,31 @@ different way:
                    factor ``sqrt(1 + ln(factor) / ln(original_max_positions))``
 =================  ==========================================================
 
+Each kind is one entry of :data:`ROPE_SCALINGS` (as transformers'
+``ROPE_INIT_FUNCTIONS``): a :class:`ScalingKind` holding its frequency function,
+written once, its own fields and their checks, its default attention factor
+and its flags.  Adding a kind: one function and one entry.
+
 Frequencies are computed in float64.  The formulas and constants follow the
 papers as the model families implement them (Hugging Face transformers'
 ``modeling_rope_utils``: YaRN's integer-rounded correction range, Llama 3.1's
-band edges, LongRoPE's switch at the training length), and
-:meth:`RopeScaling.from_transformers` reads a transformers configuration.
+band edges, LongRoPE's switch at the training length);
+:func:`posenc.hf.rope_scaling_from_transformers` (also
+:meth:`RopeScaling.from_transformers`) reads a transformers configuration.
 
 ``dynamic_ntk`` and ``longrope`` depend on the current length
 (:attr:`RopeScaling.depends_on_length`): their frequencies are a function of
 ``seq_len``, the number of positions in play (transformers uses the largest
-position id plus one).
+position id plus one).  ``seq_len`` may be a 0-d tensor (under
+``torch.compile``, where it cannot be read): the same formula then stays a
+tensor expression.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -53,49 +61,7 @@ import torch
 from ._checks import check_choice, check_even, check_float, check_int
 from .sinusoidal import sinusoidal_inv_freq  # RoPE reuses the sinusoid's frequency ladder
 
-__all__ = ["RopeScaling"]
-
-_KINDS = ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
-_NEEDS_ORIGINAL = ("dynamic_ntk", "yarn", "llama3", "longrope")
-# fields that belong to one kind; setting them for another kind is refused
-_KIND_FIELDS = {
-    "beta_fast": "yarn",
-    "beta_slow": "yarn",
-    "truncate": "yarn",
-    "low_freq_factor": "llama3",
-    "high_freq_factor": "llama3",
-    "short_factor": "longrope",
-    "long_factor": "longrope",
-}
-_ATTENTION_KINDS = ("yarn", "longrope")
-
-# transformers' names: rope_type -> the keys it reads besides rope_type/type,
-# rope_theta and partial_rotary_factor (modeling_rope_utils, transformers 5.x)
-_TRANSFORMERS_KEYS = {
-    "default": (),
-    "linear": ("factor",),
-    "dynamic": ("factor",),
-    "yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "attention_factor",
-        "beta_fast",
-        "beta_slow",
-        "mscale",
-        "mscale_all_dim",
-        "truncate",
-    ),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "longrope": (
-        "short_factor",
-        "long_factor",
-        "original_max_position_embeddings",
-        "factor",
-        "attention_factor",
-    ),
-}
-_TRANSFORMERS_ALIASES = {"su": "longrope"}  # Phi-3's first name for LongRoPE
-_TRANSFORMERS_COMMON_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+__all__ = ["ROPE_SCALINGS", "RopeScaling", "ScalingKind"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +70,7 @@ class RopeScaling:
 
     Build one with :meth:`linear`, :meth:`ntk`, :meth:`dynamic_ntk`,
     :meth:`yarn`, :meth:`llama3`, :meth:`longrope` or
-    :meth:`from_transformers`, then pass it as ``scaling=`` to
+    :meth:`from_transformers` (defined in :mod:`posenc.hf`), then pass it as ``scaling=`` to
     :func:`posenc.apply_rope`, :func:`posenc.rope_frequencies`,
     :func:`posenc.rope_cos_sin` or :class:`posenc.RotaryEmbedding`.  The
     plain constructor ``RopeScaling(kind, factor, ...)`` checks the same
@@ -156,10 +122,11 @@ class RopeScaling:
 
         if not isinstance(self.kind, str):
             raise TypeError(f"kind must be a string, got {type(self.kind).__name__}")
-        kind = check_choice("kind", self.kind, _KINDS)
+        kind = check_choice("kind", self.kind, ROPE_SCALINGS)
+        spec = ROPE_SCALINGS[kind]
         put("factor", check_float("factor", self.factor, minimum=1.0))
 
-        if kind in _NEEDS_ORIGINAL:
+        if spec.needs_original:
             if self.original_max_positions is None:
                 raise ValueError(
                     f"original_max_positions (the training context length) is required "
@@ -170,76 +137,35 @@ class RopeScaling:
                 check_int("original_max_positions", self.original_max_positions, minimum=1),
             )
         elif self.original_max_positions is not None:
+            needing = [k for k, v in ROPE_SCALINGS.items() if v.needs_original]
             raise ValueError(
                 f"original_max_positions does not apply to kind {kind!r} (only to "
-                f"{', '.join(repr(k) for k in _NEEDS_ORIGINAL)}), "
-                f"got {self.original_max_positions!r}"
+                f"{', '.join(repr(k) for k in needing)}), got {self.original_max_positions!r}"
             )
 
-        for name, owner in _KIND_FIELDS.items():
-            if getattr(self, name) is not None and kind != owner:
-                raise ValueError(
-                    f"{name} applies only to kind {owner!r}, not {kind!r}; "
-                    f"got {name}={getattr(self, name)!r}"
-                )
-
-        if kind == "yarn":
-            fast = check_float("beta_fast", _default(self.beta_fast, 32.0), positive=True)
-            slow = check_float("beta_slow", _default(self.beta_slow, 1.0), positive=True)
-            if fast <= slow:
-                raise ValueError(f"beta_fast must be > beta_slow, got {fast} <= {slow}")
-            truncate = _default(self.truncate, True)
-            if not isinstance(truncate, bool):
-                raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
-            put("beta_fast", fast)
-            put("beta_slow", slow)
-            put("truncate", truncate)
-        elif kind == "llama3":
-            low = check_float("low_freq_factor", _default(self.low_freq_factor, 1.0), positive=True)
-            high = check_float(
-                "high_freq_factor", _default(self.high_freq_factor, 4.0), positive=True
-            )
-            if high <= low:
-                raise ValueError(f"high_freq_factor must be > low_freq_factor, got {high} <= {low}")
-            put("low_freq_factor", low)
-            put("high_freq_factor", high)
-        elif kind == "longrope":
-            short = _check_factor_list("short_factor", self.short_factor)
-            long = _check_factor_list("long_factor", self.long_factor)
-            if len(short) != len(long):
-                raise ValueError(
-                    f"short_factor and long_factor must have the same length (dim // 2), "
-                    f"got {len(short)} and {len(long)}"
-                )
-            put("short_factor", short)
-            put("long_factor", long)
+        for other, other_spec in ROPE_SCALINGS.items():
+            for name in other_spec.fields:
+                if getattr(self, name) is not None and kind != other:
+                    raise ValueError(
+                        f"{name} applies only to kind {other!r}, not {kind!r}; "
+                        f"got {name}={getattr(self, name)!r}"
+                    )
+        if spec.check is not None:
+            spec.check(self, put)
 
         if self.attention_factor is None:
-            put("attention_factor", self._default_attention_factor())
-        elif kind not in _ATTENTION_KINDS:
+            put("attention_factor", 1.0 if spec.attention is None else spec.attention(self))
+        elif spec.attention is None:
+            having = [k for k, v in ROPE_SCALINGS.items() if v.attention is not None]
             raise ValueError(
-                f"attention_factor applies only to kinds 'yarn' and 'longrope', not {kind!r}; "
-                f"got attention_factor={self.attention_factor!r}"
+                f"attention_factor applies only to kinds {' and '.join(map(repr, having))}, "
+                f"not {kind!r}; got attention_factor={self.attention_factor!r}"
             )
         else:
             put(
                 "attention_factor",
                 check_float("attention_factor", self.attention_factor, positive=True),
             )
-
-    def _default_attention_factor(self) -> float:
-        s = self.factor
-        if self.kind == "yarn":
-            return _yarn_mscale(s)
-        if self.kind == "longrope" and s > 1.0:
-            if self.original_max_positions < 2:
-                raise ValueError(
-                    "original_max_positions must be >= 2 for LongRoPE's default attention factor "
-                    f"sqrt(1 + ln(factor) / ln(original_max_positions)), got "
-                    f"{self.original_max_positions}; give attention_factor explicitly"
-                )
-            return math.sqrt(1.0 + math.log(s) / math.log(self.original_max_positions))
-        return 1.0
 
     # ------------------------------------------------------------------ constructors
 
@@ -372,257 +298,30 @@ class RopeScaling:
             attention_factor=attention_factor,
         )
 
-    @classmethod
-    def from_transformers(
-        cls,
-        rope_parameters: Mapping | None,
-        *,
-        max_position_embeddings: int | None = None,
-        original_max_position_embeddings: int | None = None,
-    ) -> RopeScaling | None:
-        """Read a Hugging Face transformers ``rope_scaling`` or ``rope_parameters`` dict.
-
-        Returns ``None`` for ``rope_type`` ``"default"`` (or ``None``/``{}``),
-        which means plain RoPE.  The dict's keys are transformers' own:
-        ``rope_type`` (or the older ``type``; ``"su"`` is read as
-        ``"longrope"``), ``factor``, ``original_max_position_embeddings``,
-        ``attention_factor``, ``beta_fast``, ``beta_slow``, ``mscale``,
-        ``mscale_all_dim``, ``truncate`` (yarn), ``low_freq_factor``,
-        ``high_freq_factor`` (llama3), ``short_factor``, ``long_factor``
-        (longrope).  A key that the type does not read, a nested per-layer
-        dict or an unknown type raises ``ValueError``: a config this cannot
-        reproduce is refused, never approximated.
-
-        ``rope_theta`` and ``partial_rotary_factor`` (which transformers 5
-        keeps in ``rope_parameters``) are accepted and checked but are not part
-        of the scaling: pass them to RoPE yourself, as ``base=`` and
-        ``rotary_dim=int(head_dim * partial_rotary_factor)``::
-
-            params = config.rope_parameters        # or config.json's "rope_scaling"
-            scaling = RopeScaling.from_transformers(
-                params, max_position_embeddings=config.max_position_embeddings
-            )
-            rope = posenc.RotaryEmbedding(head_dim, base=params["rope_theta"], scaling=scaling)
-
-        Parameters
-        ----------
-        rope_parameters
-            The dict, or ``None``.
-        max_position_embeddings
-            The config's ``max_position_embeddings``.  Needed by ``dynamic``
-            (its training length, as transformers uses it), by ``longrope``
-            without ``factor`` (``factor = max / original``), and as the
-            fallback training length of ``yarn``, ``llama3`` and ``longrope``
-            when ``original_max_position_embeddings`` is given nowhere.
-        original_max_position_embeddings
-            A training length stored next to the dict rather than in it (Phi-3's
-            ``config.json``).  If the dict has one too, they must agree.
-
-        Returns
-        -------
-        RopeScaling or None
-        """
-        if rope_parameters is None:
-            return None
-        if not isinstance(rope_parameters, Mapping):
-            raise TypeError(
-                f"rope_parameters must be a dict (a transformers rope_scaling or "
-                f"rope_parameters) or None, got {type(rope_parameters).__name__}"
-            )
-        for key, value in rope_parameters.items():
-            if isinstance(value, Mapping):
-                raise ValueError(
-                    f"rope_parameters[{key!r}] is itself a dict: per-layer-type RoPE settings "
-                    f"(as in Gemma 3) must be read one layer type at a time, e.g. "
-                    f"from_transformers(rope_parameters[{key!r}])"
-                )
-        params = dict(rope_parameters)
-        rope_type = params.get("rope_type")
-        legacy_type = params.get("type")
-        if rope_type is not None and legacy_type is not None and rope_type != legacy_type:
-            raise ValueError(
-                f"rope_parameters has rope_type={rope_type!r} and type={legacy_type!r}; "
-                f"they name the same setting and must agree"
-            )
-        name = rope_type if rope_type is not None else legacy_type
-        name = "default" if name is None else name
-        if not isinstance(name, str):
-            raise TypeError(f"rope_parameters['rope_type'] must be a string, got {name!r}")
-        kind = _TRANSFORMERS_ALIASES.get(name, name)
-        if kind not in _TRANSFORMERS_KEYS:
-            allowed = ", ".join(repr(k) for k in (*_TRANSFORMERS_KEYS, *_TRANSFORMERS_ALIASES))
-            raise ValueError(f"rope_parameters['rope_type'] must be one of {allowed}, got {name!r}")
-        allowed_keys = (*_TRANSFORMERS_COMMON_KEYS, *_TRANSFORMERS_KEYS[kind])
-        for key in params:
-            if key not in allowed_keys:
-                raise ValueError(
-                    f"rope_parameters[{key!r}] is not read by rope_type {name!r}, which "
-                    f"accepts {', '.join(repr(k) for k in allowed_keys)}"
-                )
-
-        # checked for the caller's sake, not used: they belong to RoPE, not to the scaling
-        if params.get("rope_theta") is not None:
-            check_float("rope_theta", params["rope_theta"], positive=True)
-        if params.get("partial_rotary_factor") is not None:
-            fraction = check_float("partial_rotary_factor", params["partial_rotary_factor"])
-            if not 0.0 < fraction <= 1.0:
-                raise ValueError(f"partial_rotary_factor must be in (0, 1], got {fraction}")
-        if max_position_embeddings is not None:
-            max_position_embeddings = check_int(
-                "max_position_embeddings", max_position_embeddings, minimum=1
-            )
-
-        def required(key):
-            if params.get(key) is None:
-                raise ValueError(f"rope_parameters[{key!r}] is required for rope_type {name!r}")
-            return params[key]
-
-        def original():
-            given = params.get("original_max_position_embeddings")
-            outside = original_max_position_embeddings
-            if given is not None and outside is not None and given != outside:
-                raise ValueError(
-                    f"rope_parameters['original_max_position_embeddings']={given!r} and "
-                    f"original_max_position_embeddings={outside!r} disagree"
-                )
-            length = next(
-                (v for v in (given, outside, max_position_embeddings) if v is not None), None
-            )
-            if length is None:
-                raise ValueError(
-                    f"rope_type {name!r} needs the training length: "
-                    f"rope_parameters['original_max_position_embeddings'], or the keyword "
-                    f"original_max_position_embeddings or max_position_embeddings"
-                )
-            return check_int("original_max_position_embeddings", length, minimum=1)
-
-        if kind == "default":
-            return None
-        if kind == "linear":
-            return cls.linear(required("factor"))
-        if kind == "dynamic":
-            if max_position_embeddings is None:
-                raise ValueError(
-                    "max_position_embeddings is required for rope_type 'dynamic': transformers "
-                    "grows the factor past it"
-                )
-            return cls.dynamic_ntk(required("factor"), max_position_embeddings)
-        if kind == "yarn":
-            return cls.yarn(
-                required("factor"),
-                original(),
-                _default(params.get("beta_fast"), 32.0),
-                _default(params.get("beta_slow"), 1.0),
-                truncate=_default(params.get("truncate"), True),
-                attention_factor=params.get("attention_factor"),
-                mscale=params.get("mscale"),
-                mscale_all_dim=params.get("mscale_all_dim"),
-            )
-        if kind == "llama3":
-            return cls.llama3(
-                required("factor"),
-                original(),
-                required("low_freq_factor"),
-                required("high_freq_factor"),
-            )
-        # longrope
-        short, long = required("short_factor"), required("long_factor")
-        orig = original()
-        factor = params.get("factor")
-        if factor is None:
-            if max_position_embeddings is None:
-                raise ValueError(
-                    "rope_type 'longrope' needs rope_parameters['factor'] or "
-                    "max_position_embeddings (factor = max_position_embeddings / "
-                    "original_max_position_embeddings)"
-                )
-            factor = max_position_embeddings / orig
-            if factor < 1.0:
-                raise ValueError(
-                    f"max_position_embeddings / original_max_position_embeddings must be >= 1 "
-                    f"for longrope, got {max_position_embeddings} / {orig}"
-                )
-        return cls.longrope(
-            short, long, orig, factor, attention_factor=params.get("attention_factor")
-        )
-
     # ------------------------------------------------------------------ behaviour
 
     @property
     def depends_on_length(self) -> bool:
         """True when the frequencies depend on ``seq_len`` (``dynamic_ntk``, ``longrope``)."""
-        return self.kind in ("dynamic_ntk", "longrope")
+        return ROPE_SCALINGS[self.kind].depends_on_length
 
-    def frequencies(self, dim: int, base: float = 10000.0, seq_len: int | None = None):
-        """Scaled frequencies, a float64 CPU tensor of shape ``(dim // 2,)``.
+    def frequencies(self, dim: int, base: float = 10000.0, seq_len=None) -> torch.Tensor:
+        """Scaled frequencies, a float64 tensor of shape ``(dim // 2,)``.
 
         ``seq_len`` (the current context length) matters only when
         :attr:`depends_on_length`; ``None`` means "no longer than the training
-        context".
+        context".  An int gives a CPU tensor; a 0-d tensor (traced code) keeps
+        the length-dependent part a tensor expression on its device.
         """
         dim = check_even("dim", dim)
         base = check_float("base", base, positive=True)
-        if seq_len is not None:
+        device = None
+        if isinstance(seq_len, torch.Tensor):
+            device = seq_len.device
+            seq_len = seq_len.to(torch.float64)
+        elif seq_len is not None:
             seq_len = check_int("seq_len", seq_len, minimum=0)
-        s = self.factor
-        if self.kind in ("ntk", "dynamic_ntk"):
-            if dim < 4:
-                raise ValueError(
-                    f"dim must be >= 4 for NTK scaling (exponent dim/(dim-2)), got {dim}"
-                )
-            if self.kind == "dynamic_ntk":
-                length = max(seq_len or 0, self.original_max_positions)
-                s = s * length / self.original_max_positions - (s - 1)
-            return sinusoidal_inv_freq(dim, base=base * s ** (dim / (dim - 2)))
-        omega = sinusoidal_inv_freq(dim, base=base)
-        if self.kind == "linear":
-            return omega / s
-        if self.kind == "yarn":
-            keep = self._yarn_keep(dim, base)
-            return omega * (1 - keep) / s + omega * keep
-        if self.kind == "longrope":
-            if len(self.short_factor) != dim // 2:
-                raise ValueError(
-                    f"short_factor and long_factor have {len(self.short_factor)} entries, "
-                    f"one per frequency, so dim must be {2 * len(self.short_factor)}, got {dim}"
-                )
-            long = seq_len is not None and seq_len > self.original_max_positions
-            divisors = self.long_factor if long else self.short_factor
-            return omega / torch.tensor(divisors, dtype=torch.float64)
-        return self._llama3(omega)
-
-    def _yarn_keep(self, dim: int, base: float) -> torch.Tensor:
-        """Weight of the unscaled frequency: 1 below index ``low``, 0 above ``high``."""
-
-        # index i at which omega_i makes `turns` turns over the original context
-        def index_for(turns):
-            return (
-                dim
-                * math.log(self.original_max_positions / (turns * 2 * math.pi))
-                / (2 * math.log(base))
-            )
-
-        low, high = index_for(self.beta_fast), index_for(self.beta_slow)
-        if self.truncate:
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, dim - 1)
-        if low == high:
-            high += 0.001  # avoid 0/0 in the ramp, as the reference implementation does
-        i = torch.arange(dim // 2, dtype=torch.float64)
-        return 1 - ((i - low) / (high - low)).clamp(0, 1)
-
-    def _llama3(self, omega: torch.Tensor) -> torch.Tensor:
-        orig = self.original_max_positions
-        wavelength = 2 * math.pi / omega
-        a = (orig / wavelength - self.low_freq_factor) / (
-            self.high_freq_factor - self.low_freq_factor
-        )
-        blended = (1 - a) * omega / self.factor + a * omega
-        out = torch.where(wavelength > orig / self.low_freq_factor, omega / self.factor, omega)
-        middle = (wavelength >= orig / self.high_freq_factor) & (
-            wavelength <= orig / self.low_freq_factor
-        )
-        return torch.where(middle, blended, out)
+        return ROPE_SCALINGS[self.kind].frequencies(self, dim, base, seq_len, device)
 
     def __repr__(self) -> str:
         args = [f"factor={self.factor}"]
@@ -643,9 +342,196 @@ class RopeScaling:
                 f"long_factor={_brief(self.long_factor)}",
                 *args[::-1],
             ]
-        if self.kind in _ATTENTION_KINDS:
+        if ROPE_SCALINGS[self.kind].attention is not None:
             args.append(f"attention_factor={self.attention_factor}")
         return f"RopeScaling.{self.kind}({', '.join(args)})"
+
+
+# ---------------------------------------------------------------------- the kinds
+# Each frequency function takes (scaling, dim, base, seq_len, device) and returns float64
+# (dim // 2,) frequencies; seq_len is None, an int, or a float64 0-d tensor (traced).
+
+
+def _ladder(dim: int, base, device=None) -> torch.Tensor:
+    """``base ** (-2i / dim)``: the sinusoid's frequencies, for a float or 0-d tensor base."""
+    exponent = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim
+    return base**-exponent
+
+
+def _linear(sc, dim, base, seq_len, device):
+    return sinusoidal_inv_freq(dim, base=base, device=device) / sc.factor
+
+
+def _ntk_base(dim: int, base, factor):
+    """NTK's base change ``base * factor**(dim / (dim - 2))``."""
+    if dim < 4:
+        raise ValueError(f"dim must be >= 4 for NTK scaling (exponent dim/(dim-2)), got {dim}")
+    return base * factor ** (dim / (dim - 2))
+
+
+def _ntk(sc, dim, base, seq_len, device):
+    return _ladder(dim, _ntk_base(dim, base, sc.factor), device)
+
+
+def _dynamic_ntk(sc, dim, base, seq_len, device):
+    # the factor grows with L = max(seq_len, original): factor * L / original - (factor - 1)
+    orig = sc.original_max_positions
+    if seq_len is None:
+        length = orig
+    elif isinstance(seq_len, torch.Tensor):
+        length = torch.clamp(seq_len, min=orig)
+    else:
+        length = max(seq_len, orig)
+    factor = sc.factor * length / orig - (sc.factor - 1)
+    return _ladder(dim, _ntk_base(dim, base, factor), device)
+
+
+def _yarn(sc, dim, base, seq_len, device):
+    omega = sinusoidal_inv_freq(dim, base=base, device=device)
+
+    # index i at which omega_i makes `turns` turns over the original context
+    def index_for(turns):
+        return (
+            dim * math.log(sc.original_max_positions / (turns * 2 * math.pi)) / (2 * math.log(base))
+        )
+
+    low, high = index_for(sc.beta_fast), index_for(sc.beta_slow)
+    if sc.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # avoid 0/0 in the ramp, as the reference implementation does
+    i = torch.arange(dim // 2, dtype=torch.float64, device=device)
+    keep = 1 - ((i - low) / (high - low)).clamp(0, 1)  # weight of the unscaled frequency
+    return omega * (1 - keep) / sc.factor + omega * keep
+
+
+def _llama3(sc, dim, base, seq_len, device):
+    omega = sinusoidal_inv_freq(dim, base=base, device=device)
+    orig = sc.original_max_positions
+    wavelength = 2 * math.pi / omega
+    a = (orig / wavelength - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor)
+    blended = (1 - a) * omega / sc.factor + a * omega
+    out = torch.where(wavelength > orig / sc.low_freq_factor, omega / sc.factor, omega)
+    middle = (wavelength >= orig / sc.high_freq_factor) & (wavelength <= orig / sc.low_freq_factor)
+    return torch.where(middle, blended, out)
+
+
+def _longrope(sc, dim, base, seq_len, device):
+    if len(sc.short_factor) != dim // 2:
+        raise ValueError(
+            f"short_factor and long_factor have {len(sc.short_factor)} entries, "
+            f"one per frequency, so dim must be {2 * len(sc.short_factor)}, got {dim}"
+        )
+    omega = sinusoidal_inv_freq(dim, base=base, device=device)
+    short = torch.tensor(sc.short_factor, dtype=torch.float64, device=device)
+    long = torch.tensor(sc.long_factor, dtype=torch.float64, device=device)
+    beyond = seq_len is not None and seq_len > sc.original_max_positions  # bool or 0-d tensor
+    return omega / torch.where(torch.as_tensor(beyond, device=device), long, short)
+
+
+def _check_yarn(sc, put):
+    fast = check_float("beta_fast", _default(sc.beta_fast, 32.0), positive=True)
+    slow = check_float("beta_slow", _default(sc.beta_slow, 1.0), positive=True)
+    if fast <= slow:
+        raise ValueError(f"beta_fast must be > beta_slow, got {fast} <= {slow}")
+    truncate = _default(sc.truncate, True)
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate must be a bool, got {type(truncate).__name__}")
+    put("beta_fast", fast)
+    put("beta_slow", slow)
+    put("truncate", truncate)
+
+
+def _check_llama3(sc, put):
+    low = check_float("low_freq_factor", _default(sc.low_freq_factor, 1.0), positive=True)
+    high = check_float("high_freq_factor", _default(sc.high_freq_factor, 4.0), positive=True)
+    if high <= low:
+        raise ValueError(f"high_freq_factor must be > low_freq_factor, got {high} <= {low}")
+    put("low_freq_factor", low)
+    put("high_freq_factor", high)
+
+
+def _check_longrope(sc, put):
+    short = _check_factor_list("short_factor", sc.short_factor)
+    long = _check_factor_list("long_factor", sc.long_factor)
+    if len(short) != len(long):
+        raise ValueError(
+            f"short_factor and long_factor must have the same length (dim // 2), "
+            f"got {len(short)} and {len(long)}"
+        )
+    put("short_factor", short)
+    put("long_factor", long)
+
+
+def _longrope_attention(sc) -> float:
+    """``sqrt(1 + ln(factor) / ln(original_max_positions))``, 1 for ``factor <= 1``."""
+    if sc.factor <= 1.0:
+        return 1.0
+    if sc.original_max_positions < 2:
+        raise ValueError(
+            "original_max_positions must be >= 2 for LongRoPE's default attention factor "
+            f"sqrt(1 + ln(factor) / ln(original_max_positions)), got "
+            f"{sc.original_max_positions}; give attention_factor explicitly"
+        )
+    return math.sqrt(1.0 + math.log(sc.factor) / math.log(sc.original_max_positions))
+
+
+@dataclass(frozen=True)
+class ScalingKind:
+    """One kind of RoPE scaling: an entry of :data:`ROPE_SCALINGS`.
+
+    Attributes
+    ----------
+    frequencies
+        ``f(scaling, dim, base, seq_len, device) -> (dim // 2,)`` float64
+        frequencies; ``seq_len`` is ``None``, an int or a float64 0-d tensor.
+    fields
+        The :class:`RopeScaling` fields that belong to this kind only.
+    check
+        ``check(scaling, put)``: validate those fields and fill their defaults
+        (``put(name, value)`` sets a field of the frozen scaling).
+    attention
+        ``attention(scaling) -> float``: the default attention factor, or
+        ``None`` when the kind has none (its factor is 1 and cannot be set).
+    needs_original
+        Whether ``original_max_positions`` is required (else refused).
+    depends_on_length
+        Whether the frequencies depend on ``seq_len``.
+    """
+
+    frequencies: Callable
+    fields: tuple[str, ...] = ()
+    check: Callable | None = None
+    attention: Callable | None = None
+    needs_original: bool = False
+    depends_on_length: bool = False
+
+
+#: kind -> :class:`ScalingKind`, in the order of the module docstring's table.
+ROPE_SCALINGS: dict[str, ScalingKind] = {
+    "linear": ScalingKind(_linear),
+    "ntk": ScalingKind(_ntk),
+    "dynamic_ntk": ScalingKind(_dynamic_ntk, needs_original=True, depends_on_length=True),
+    "yarn": ScalingKind(
+        _yarn,
+        ("beta_fast", "beta_slow", "truncate"),
+        _check_yarn,
+        attention=lambda sc: _yarn_mscale(sc.factor),
+        needs_original=True,
+    ),  # fmt: skip
+    "llama3": ScalingKind(
+        _llama3, ("low_freq_factor", "high_freq_factor"), _check_llama3, needs_original=True
+    ),
+    "longrope": ScalingKind(
+        _longrope,
+        ("short_factor", "long_factor"),
+        _check_longrope,
+        attention=_longrope_attention,
+        needs_original=True,
+        depends_on_length=True,
+    ),  # fmt: skip
+}
 
 
 def _default(value, default):

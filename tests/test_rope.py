@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import posenc
+import posenc._rope_kernels as kernels_module
 import posenc.rope as rope_module
 
 # ---------------------------------------------------------------- independent references
@@ -218,7 +219,7 @@ def test_low_precision_output_dtype(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_chunked_paths_and_batched_positions(monkeypatch, dtype, layout):
-    monkeypatch.setattr(rope_module, "_CHUNK_ELEMENTS", 48)  # many chunks, split sequences
+    monkeypatch.setattr(kernels_module, "_CHUNK_ELEMENTS", 48)  # many chunks, split sequences
     x = torch.randn(2, 3, 17, 12).to(dtype)
     positions = torch.randint(0, 5000, (2, 1, 17))  # per-batch positions, broadcast over heads
     got = posenc.apply_rope(x, positions, layout=layout, rotary_dim=8)
@@ -443,7 +444,7 @@ def rotate_by(how, x, positions, layout):
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_batch_positions_mean_one_row_per_batch_item(monkeypatch, heads, how, layout, dtype):
-    monkeypatch.setattr(rope_module, "_CHUNK_ELEMENTS", 40)  # chunks straddle batch items
+    monkeypatch.setattr(kernels_module, "_CHUNK_ELEMENTS", 40)  # chunks straddle batch items
     x = torch.randn(2, heads, 7, 8).to(dtype)
     positions = torch.stack([torch.arange(7) + 3, torch.tensor([0, 0, 0, 1, 2, 3, 4])])
     got = rotate_by(how, x, positions, layout)

@@ -21,6 +21,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import posenc
     from posenc import _triton_rope
+    from posenc._rope_kernels import table_batches
     from posenc._angles import compute_dtype
 
     torch.manual_seed(0)
@@ -53,7 +54,8 @@ SCRIPT = textwrap.dedent(
                     cos, sin = posenc.rope_cos_sin(positions, r, dtype=compute_dtype(dtype))
                     out = torch.empty_like(x)
                     out[..., r:] = x[..., r:]
-                    _triton_rope.rotate(x, cos, sin, layout, r, out)
+                    tables = table_batches(cos, sin, x.shape[:-2])
+                    _triton_rope.rotate(x, *tables, layout, r, out)
                     exact = reference(x, positions, layout, r)
                     err = (out.double() - exact).abs().max().item()
                     if dtype == torch.bfloat16:
