@@ -199,7 +199,6 @@ def test_sidebar_links_the_notation_page_and_the_index_of_statements():
     # resolves; a relative link on every page, so it works offline and in subfolders.
     index = SITE / "prf-prf.html"
     assert index.is_file(), "sphinx-proof did not write its index"
-    assert "prop-rope-layouts" in index.read_text(encoding="utf-8")
     for page in [
         SITE / "book" / "rope.html",
         SITE / "book" / "notation.html",
@@ -211,6 +210,23 @@ def test_sidebar_links_the_notation_page_and_the_index_of_statements():
         targets.add(page.resolve())
         assert index.resolve() in targets, (page, links)
         assert (SITE / "book" / "notation.html").resolve() in targets, (page, links)
+
+
+def test_index_of_statements_lists_them_by_chapter_as_numbered_in_the_text():
+    # book/_ext/proof_index_in_toc.py: "Proposition 9.4" and its title, under its chapter,
+    # not sphinx-proof's bare labels.
+    text = (SITE / "prf-prf.html").read_text(encoding="utf-8")
+    assert "<h1>Index of statements</h1>" in text
+    link = re.search(
+        r'<a href="book/rope.html#prop-rope-layouts"><code class="xref">([^<]*)</code>', text
+    )
+    assert link and re.fullmatch(r"Proposition 9\.\d+", link.group(1)), link
+    assert re.search(r'<code class="xref">9\. Rotary position embedding</code>', text)
+    rows = re.findall(r'<code class="xref">([^<]*)</code></a>\s*</td><td>\s*<em>([^<]*)</em>', text)
+    statements = [(name, title) for name, title in rows if re.match(r"[A-Z][a-z]+ \d", name)]
+    assert len(statements) >= 50, rows[:5]
+    # A title, or the opening words of an untitled statement.
+    assert all(title.strip() for _, title in statements), statements
 
 
 def test_notation_page_defines_the_source_documents():
