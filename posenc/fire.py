@@ -1,0 +1,214 @@
+"""FIRE: functional interpolation for relative positions (Li et al., 2024).
+
+FIRE adds to the scaled score of query position ``i`` and key position ``j``
+in head ``h`` a learned function of the distance, normalised by the query's
+own position:
+
+    b_h(i, j) = f_theta( psi(i - j) / psi(max(L, i)) )[h],    psi(x) = log(c * x + 1)
+
+* ``f_theta`` is a small MLP, ``1 -> mlp_width -> num_heads`` with a ReLU,
+  shared by the heads (one output per head);
+* ``psi`` stretches short distances (``c > 0`` is learned);
+* dividing by ``psi(i)`` (*progressive interpolation*) maps every causal pair
+  into ``[0, 1]`` whatever the sequence length, so a longer context feeds
+  ``f_theta`` the interval it was trained on;
+* the learned threshold ``L`` keeps short contexts from being over-normalised:
+  for ``i <= L`` the normaliser is the constant ``psi(L)`` and the bias is a
+  function of ``i - j`` alone.
+
+The bias depends on ``(i, j)`` only through the ratio
+``r = psi(i - j) / psi(max(L, i))`` (:meth:`FIRE.ratio`).
+
+Conventions the paper leaves to its code
+----------------------------------------
+posenc follows the PyTorch listing in the paper's appendix: width 32, ReLU,
+``c`` initialised at 0.1, ``L = |L_multiplier * init_L|`` with ``init_L = 512``
+fixed and the multiplier learned (starting at 1), ``eps = 1e-6`` added to the
+denominator, and ``psi`` taken of ``|c * x|``, so that ``c`` drifting negative
+in training leaves the logarithm defined.
+
+FIRE is defined for causal attention (``j <= i``), the only setting of the
+paper.  For keys after the query (``j > i``, bidirectional attention) posenc
+keeps the listing's ``|i - j|``: a key ``t`` places after the query gets the
+bias of the key ``t`` places before it.  Negative query positions take the
+normaliser ``psi(L)``.
+
+Paths: :meth:`FIRE.score_mod` evaluates the MLP score by score inside the
+FlexAttention kernel (no O(n^2) tensor); the eager path evaluates the same
+function on the grid of positions (a dense ``(heads, q_len, k_len)`` bias).
+Both compute in float32 at least (float64 for float64 inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import as_positions, check_float, check_int
+from .scheme import PositionalScheme
+
+__all__ = ["FIRE"]
+
+
+class FIRE(PositionalScheme):
+    """FIRE's learned, length-normalised relative bias (Li et al., 2024).
+
+    Parameters (the paper's names)
+    ----------
+    num_heads
+        Number of query heads ``H``: the MLP ``f_theta`` has ``H`` outputs.
+        Keys may have fewer heads (grouped-query attention).
+    mlp_width
+        Hidden width of ``f_theta`` (32 in the paper's code).
+    init_c
+        Initial value of ``c`` in ``psi(x) = log(c x + 1)``, > 0 (0.1).
+    init_L
+        Initial threshold ``L`` of the normaliser ``psi(max(L, i))``, > 0
+        (512).  ``L`` is learned through :attr:`L_multiplier`.
+    eps
+        Added to the denominator ``psi(max(L, i))``, > 0 (1e-6).
+
+    Attributes
+    ----------
+    mlp
+        ``f_theta``: ``Linear(1, mlp_width)``, ReLU, ``Linear(mlp_width, num_heads)``.
+    c
+        Learnable scalar ``c``.
+    L_multiplier
+        Learnable scalar; :attr:`L` is ``|L_multiplier * init_L|``.
+    init_L
+        Buffer: the fixed scale of ``L``.
+
+    Calling :func:`posenc.attention` with ``encoding=fire`` adds ``b_h(i, j)``
+    to the scaled scores; :meth:`bias_from_positions` returns the bias alone,
+    ``(num_heads, q_len, k_len)`` (``(batch, num_heads, q_len, k_len)`` for
+    per-sample positions).
+    """
+
+    quadratic_memory = True  # the eager path builds the dense bias; the fused path does not
+    reference = "li2024fire"
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_L: float = 512.0,  # noqa: N803  (the paper's name)
+        eps: float = 1e-6,
+    ):
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.mlp_width = check_int("mlp_width", mlp_width, minimum=1)
+        init_c = check_float("init_c", init_c, positive=True)
+        init_L = check_float("init_L", init_L, positive=True)  # noqa: N806
+        self.eps = check_float("eps", eps, positive=True)
+        self.mlp = nn.Sequential(
+            nn.Linear(1, self.mlp_width), nn.ReLU(), nn.Linear(self.mlp_width, self.num_heads)
+        )
+        self.c = nn.Parameter(torch.tensor(init_c))
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.register_buffer("init_L", torch.tensor(init_L))
+
+    @property
+    def L(self) -> torch.Tensor:  # noqa: N802  (the paper's name)
+        """The threshold ``L = |L_multiplier * init_L|``, a 0-d tensor."""
+        return (self.L_multiplier * self.init_L).abs()
+
+    def _work(self, dtype: torch.dtype) -> torch.dtype:
+        return torch.promote_types(torch.promote_types(dtype, torch.float32), self.c.dtype)
+
+    def _interpolate(self, work, device):
+        """``r(q_pos, k_pos)``, elementwise on tensors or 0-d kernel indices."""
+        c = self.c.to(device=device, dtype=work)
+        L = self.L.to(device=device, dtype=work)  # noqa: N806
+        eps = self.eps
+
+        def ratio(q_pos, k_pos):
+            distance = (q_pos - k_pos).to(work)
+            normaliser = torch.maximum(q_pos.to(work), L)
+            return torch.log1p(torch.abs(c * distance)) / (
+                torch.log1p(torch.abs(c * normaliser)) + eps
+            )
+
+        return ratio
+
+    def ratio(self, q_positions, k_positions) -> torch.Tensor:
+        """``psi(i - j) / psi(max(L, i))``, ``(..., q_len, k_len)``: what the bias depends on.
+
+        Integer positions (tensors or sequences of ints) ``(q_len,)`` and
+        ``(k_len,)``, or ``(batch, len)``.
+        """
+        q_positions = as_positions("q_positions", q_positions, device=self.c.device)
+        k_positions = as_positions("k_positions", k_positions, device=self.c.device)
+        ratio = self._interpolate(self._work(self.c.dtype), self.c.device)
+        return ratio(q_positions[..., :, None], k_positions[..., None, :])
+
+    def _check(self, ctx):
+        if ctx.heads != self.num_heads:
+            raise ValueError(
+                f"q must have num_heads={self.num_heads} heads for FIRE({self.num_heads}), "
+                f"got {ctx.heads}"
+            )
+
+    def score_mod(self, ctx):
+        """``score + f_theta(r)[h]``, the MLP unrolled into elementwise operations.
+
+        Written without reductions so that FlexAttention can run it score by
+        score inside its kernel; on index grids it gives the dense bias.
+        """
+        self._check(ctx)
+        work = self._work(ctx.dtype)
+        ratio = self._interpolate(work, ctx.device)
+        first, second = self.mlp[0], self.mlp[2]
+        w1 = first.weight[:, 0].to(device=ctx.device, dtype=work)
+        b1 = first.bias.to(device=ctx.device, dtype=work)
+        w2 = second.weight.t().to(device=ctx.device, dtype=work)  # (width, heads)
+        b2 = second.bias.to(device=ctx.device, dtype=work)
+        width = self.mlp_width
+
+        def mod(score, b, h, q_pos, k_pos):
+            x = ratio(q_pos, k_pos)
+            out = score + b2[h]
+            for m in range(width):  # f_theta, one hidden unit at a time
+                out = out + w2[m][h] * torch.relu(w1[m] * x + b1[m])
+            return out
+
+        return mod
+
+    def bias_from_positions(self, q_positions, k_positions) -> torch.Tensor:
+        """The bias ``(num_heads, q_len, k_len)`` (``(batch, ...)`` for ``(batch, len)`` positions).
+
+        Computed with ``f_theta`` as a plain MLP on the ratios (float32 at
+        least), independently of :meth:`score_mod`'s unrolled form.
+        """
+        r = self.ratio(q_positions, k_positions).unsqueeze(-1)
+        first, second = self.mlp[0], self.mlp[2]
+        hidden = torch.relu(F.linear(r, first.weight.to(r.dtype), first.bias.to(r.dtype)))
+        return F.linear(hidden, second.weight.to(r.dtype), second.bias.to(r.dtype)).movedim(-1, -3)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, mlp_width={self.mlp_width}, eps={self.eps:g}"
+
+    @classmethod
+    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+        """``init_L = max_len / 4`` when the training length is known, else 512.
+
+        The paper trains at length 2048 with ``L`` starting at 512; a quarter of
+        the training length keeps that ratio, so that a model trained on short
+        sequences also sees the normaliser grow with ``i``.
+        """
+        if max_len is not None:
+            options.setdefault("init_L", max_len / 4)
+        return cls(num_heads, **options)
+
+    @classmethod
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
+        """Random ``f_theta`` and a small threshold (``L = 3``), so that both regimes show."""
+        g = torch.Generator().manual_seed(0)
+        fire = cls(num_heads, mlp_width=8, init_c=0.7, init_L=3.0)
+        with torch.no_grad():
+            for p in fire.mlp.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
+        return {"": fire}
