@@ -37,6 +37,7 @@ _ENTRIES = {
     "transformer_xl": "transformer_xl:TransformerXLScheme",
     "da": "da_transformer:DAAttention",
     "xpos": "xpos:XPos",
+    "kerple": "kerple:Kerple",
     "fire": "fire:FIRE",
     "cope": "cope:CoPE",
 }
