@@ -99,7 +99,7 @@ class DAAttention(PositionalScheme):
     Notes
     -----
     Queries sit at ``q_offset + i`` and keys at ``j`` (see
-    :mod:`posenc.scheme`); the distance is ``|q_offset + i - j|``, or
+    :func:`posenc.attention`); the distance is ``|q_offset + i - j|``, or
     ``|p - s|`` for explicit (per-sample) positions.  Keys and values may have
     fewer heads than queries (grouped-query attention).  Masked entries
     (causal mask, ``False`` or ``-inf`` in ``mask`` or ``bias``) get weight zero.

@@ -7,25 +7,18 @@ into the attention kernel: no ``(heads, q_len, k_len)`` bias is built, and the
 causal and padding masks become a block mask whose empty blocks are skipped.
 The same code runs as a C++ kernel on a CPU and as Triton kernels on a GPU.
 
-Which schemes it expresses, exactly (``tests/test_flex.py`` compares each one
-with the eager path and with a float64 reference):
-
-=========================  ================================================  ======
-scheme                     score_mod                                         exact
-=========================  ================================================  ======
-none, ``RotaryEmbedding``  none (``rotate`` runs first, as in the eager       yes
-                           path); ``auto`` keeps SDPA, which is faster
-``ALiBi``                  ``score - slope[h] * |q_pos - k_pos|``            yes
-``T5RelativeBias``         ``score + table[h, clamp(k_pos - q_pos, ±M)]``,   yes
-                           the bucket of every distance up to
-                           ``M = max_distance`` (beyond, the bucket is
-                           constant) computed in float64 beforehand
-Shaw, Transformer-XL, DA   content-dependent or not a softmax of scores:     n/a
-                           eager only
-=========================  ================================================  ======
-
-A custom :class:`~posenc.scheme.PositionalScheme` joins by overriding
-:meth:`~posenc.scheme.PositionalScheme.score_mod`.
+Each scheme writes its own ``score_mod`` (:meth:`posenc.PositionalScheme.score_mod`);
+this module never names a scheme.  It runs a scheme exactly when
+:meth:`~posenc.PositionalScheme.fused` says so: the scheme keeps the default
+``attend`` and defines its ``score_mod`` at least as deep in its class
+hierarchy as its ``bias`` (so a subclass of ALiBi with other slopes stays
+fused, and a subclass that overrides only ``bias`` is refused rather than
+computed with its parent's term).  Schemes that only rotate (RoPE, xPos) or do
+nothing run too (``rotate`` first, as in the eager path), though ``auto``
+keeps SDPA for them, which is faster.  Schemes with their own ``attend``
+(Shaw, Transformer-XL, DA-Transformer) run eager only.  ``tests/test_flex.py``
+compares every registered fused scheme with the eager path and with a
+float64 reference.
 
 Positions are those :func:`posenc.attention` gives every scheme (``q_offset``,
 per-sample positions of a left-padded batch, KV-cache decoding); the causal

@@ -116,7 +116,7 @@ class T5RelativeBias(PositionalScheme):
     scalar per bucket and head; the bias of head ``h`` for query position ``p``
     and key position ``s`` is ``weight[t5_relative_bucket(s - p), h]``.
 
-    As a :class:`~posenc.scheme.PositionalScheme` it adds that bias to the
+    As a :class:`~posenc.PositionalScheme` it adds that bias to the
     scaled scores, so queries must have shape ``(..., num_heads, q_len, d)``.
     T5 itself does *not* scale scores by ``1/sqrt(d)`` (its initialisation
     absorbs the factor): to reproduce a T5 checkpoint exactly, call

@@ -457,14 +457,27 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
 
     Compares every experiment present in ``fresh``: same rows, same keys,
     equal non-float fields, floats within ``tolerance["loss"]`` (or
-    ``["accuracy"]`` for accuracies).
+    ``["accuracy"]`` for accuracies).  Schemes registered after ``stored`` was
+    made (in ``fresh``'s config, not in ``stored``'s) are left out of the
+    comparison, so that registering a scheme does not invalidate the stored
+    results of the others; every other setting must be equal.
     """
     tol = dict(TOLERANCE, **(tolerance or {}))
     problems = []
-    if stored["config"] != fresh["config"]:
+    lists = ("schemes", "passkey_schemes")
+    old_config, new_config = dict(stored["config"]), dict(fresh["config"])
+    known = {s for key in lists for s in old_config.get(key, ())}
+    for key in lists:
+        kept = [s for s in new_config.get(key, ()) if s in known]
+        if kept != list(old_config.get(key, ())):
+            problems.append(f"configs differ ({key})")
+            return problems
+        old_config.pop(key, None), new_config.pop(key, None)
+    if old_config != new_config:
         problems.append("configs differ")
         return problems
     for name, rows in fresh["results"].items():
+        rows = [r for r in rows if r.get("scheme", "floor") in known | {"floor"}]
         old = stored["results"].get(name)
         if old is None or len(old) != len(rows):
             problems.append(f"{name}: row count {None if old is None else len(old)} != {len(rows)}")
