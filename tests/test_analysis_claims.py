@@ -16,6 +16,15 @@ def test_rows_and_table():
     assert table[5] == "| a \\| b | 3 of 3 | all |"
 
 
+def test_roundoff_rows_do_not_show_machine_digits():
+    import torch
+
+    claims = Claims().roundoff("tiny", torch.tensor(3e-17), 1e-12).roundoff("near", 4e-13, 1e-12)
+    assert claims.rows == [("tiny", "< 1e-14", "≤ 1e-12"), ("near", "≤ 1e-12", "≤ 1e-12")]
+    with pytest.raises(AssertionError, match="over"):
+        claims.roundoff("over", 2e-12, 1e-12)
+
+
 @pytest.mark.parametrize(
     "call",
     [

@@ -28,11 +28,30 @@ def _power_above(value: float) -> str:
     return f"< 1e{math.floor(math.log10(value)) + 1}"
 
 
+def _exp(x: float) -> str:
+    """``1e-05`` as ``1e-5``: one significant digit, no padded exponent."""
+    return format(x, ".0e").replace("e-0", "e-").replace("e+0", "e+")
+
+
 class Claims:
     """Assert claims one at a time and show them as a ``claim | measured | bound`` table."""
 
     def __init__(self):
         self.rows: list[tuple[str, str, str]] = []
+
+    def roundoff(self, claim: str, error, bound: float, *, floor: float | None = None):
+        """Assert a roundoff-level ``error <= bound``; show it without its machine-dependent digits.
+
+        The digits of a roundoff error change with the CPU and the thread count, so the
+        table shows ``< floor`` (default ``bound / 100``) when the error is below it, and
+        ``≤ bound`` otherwise: the stored output is the same wherever it is re-run.
+        """
+        error = float(error.detach()) if hasattr(error, "detach") else float(error)
+        floor = bound / 100 if floor is None else floor
+        assert error <= bound, f"{claim}: measured {error!r}, bound <= {bound!r}"
+        shown = f"< {_exp(floor)}" if error < floor else f"≤ {_exp(bound)}"
+        self.rows.append((claim, shown, f"≤ {_exp(bound)}"))
+        return self
 
     def _show(self, value, fmt: str, magnitude: bool) -> str:
         return _power_above(float(value)) if magnitude else format(float(value), fmt)
