@@ -145,10 +145,11 @@ class ALiBi(PositionalScheme):
     (grouped-query attention).
 
     Both paths read the buffer ``slopes`` ``(num_heads,)``, float64 (kept so by
-    ``module.to(dtype)``): :meth:`score_mod` for FlexAttention (no O(n^2)
-    tensor) and :meth:`bias` for the eager path, a dense ``(num_heads, q_len,
-    k_len)`` bias (``(batch, num_heads, q_len, k_len)`` for per-sample
-    positions) computed in float64 and rounded once.  PyTorch's SDPA has no
+    ``module.to(dtype)``; not in the state dict, since ``num_heads`` sets it):
+    :meth:`score_mod` for FlexAttention (no O(n^2) tensor) and :meth:`bias`
+    for the eager path, a dense ``(num_heads, q_len, k_len)`` bias (``(batch,
+    num_heads, q_len, k_len)`` for per-sample positions) computed in float64
+    and rounded once.  PyTorch's SDPA has no
     built-in ALiBi, so the eager path hands it that tensor as ``attn_mask``.
     A subclass that sets other slopes (say, twice as steep) keeps both paths.
     The bias is symmetric, so the same scheme serves causal (mask added by
@@ -167,7 +168,8 @@ class ALiBi(PositionalScheme):
     def __init__(self, num_heads: int):
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        self.register_buffer("slopes", alibi_slopes(self.num_heads))
+        # not persistent: a function of num_heads, and checkpoints saved before it existed load
+        self.register_buffer("slopes", alibi_slopes(self.num_heads), persistent=False)
 
     def bias(self, q, k, ctx, *legacy):
         """``-slopes[h] * |q_pos - k_pos|``, ``(num_heads, q_len, k_len)`` in ``q``'s dtype.

@@ -256,3 +256,23 @@ def test_per_sample_positions_bias_by_loops():
                 for j in range(5):
                     want = -slopes[h] * abs(int(q_pos[b, i]) - int(k_pos[b, j]))
                     assert float(bias[b, h, i, j]) == pytest.approx(want, abs=1e-15)
+
+
+def test_slopes_are_a_float64_buffer_that_casting_keeps():
+    """``model.to(bf16)`` moves the slopes but never rounds them: the bias stays exact."""
+    scheme = posenc.ALiBi(12)
+    model = torch.nn.Sequential(scheme).to(torch.bfloat16)
+    assert scheme.slopes.dtype == torch.float64
+    torch.testing.assert_close(scheme.slopes, posenc.alibi_slopes(12), rtol=0, atol=0)
+    assert "slopes" in dict(scheme.named_buffers()) and not scheme.state_dict()
+    assert model[0].to("meta").slopes.device.type == "meta"
+
+
+def test_errors_and_repr_name_a_subclass():
+    class Steeper(posenc.ALiBi):
+        pass
+
+    q = torch.randn(3, 5, 8)
+    with pytest.raises(ValueError, match=r"Steeper\(4\) needs q of shape"):
+        posenc.attention(q, q, q, encoding=Steeper(4))
+    assert repr(Steeper(4)) == "Steeper(num_heads=4)"
