@@ -236,3 +236,21 @@ def test_notation_page_defines_the_source_documents():
         assert author in text, author
     for term in ("interleaved", "half", "kv_heads", "key minus query"):
         assert term in text, term
+
+
+def test_punctuation_after_inline_math_stays_on_its_line():
+    # book/_ext/math_punctuation.py groups a formula with the punctuation touching it.
+    math = r'<span class="math notranslate nohighlight">\\\([^<]*\\\)</span>'
+    loose = {}
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(math + r"[.,;:)]", text):
+            opening = re.search(
+                r'<span class="nowrap">[(\[{\u2018\u201c]*$',
+                text[max(0, match.start() - 40) : match.start()],
+            )
+            if not opening:
+                loose.setdefault(page.relative_to(SITE).as_posix(), []).append(match.group(0))
+    grouped = sum(p.read_text(encoding="utf-8").count('<span class="nowrap">') for p in _pages())
+    assert not loose, loose
+    assert grouped > 100, grouped
