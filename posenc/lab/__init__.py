@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .data import CopyVocabSource, PasskeyTask
 from .experiments import (
+    DESCRIPTIONS,
     EXPERIMENTS,
     PRESETS,
     ROPE_METHODS,
@@ -27,18 +28,24 @@ from .experiments import (
     Lab,
     LabConfig,
     compare,
+    curse_batches,
     curse_summary,
+    parse_seeds,
     rope_scaling_for,
     run_all,
+    summarize,
 )
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
+from .propositions import PROPOSITIONS, check, failures, t_interval
 from .tasks import LanguageTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
 
 __all__ = [
+    "DESCRIPTIONS",
     "EXPERIMENTS",
     "INJECTIONS",
     "PRESETS",
+    "PROPOSITIONS",
     "RESULTS_DIR",
     "ROPE_METHODS",
     "SCHEMES",
@@ -50,25 +57,43 @@ __all__ = [
     "PasskeyTask",
     "RetrievalTask",
     "TinyDecoder",
+    "check",
     "check_scheme",
     "compare",
+    "curse_batches",
     "curse_summary",
     "evaluate_accuracy",
     "evaluate_loss",
+    "failures",
     "load_results",
+    "parse_seeds",
     "peak_memory_mb",
     "rope_scaling_for",
     "run_all",
     "seed_for",
+    "summarize",
+    "t_interval",
     "train",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def load_results(preset: str = "full") -> dict:
-    """The stored output of ``run_all(PRESETS[preset])`` (``posenc/lab/results/<preset>.json``)."""
+def load_results(preset: str = "full", directory=None) -> dict:
+    """The stored output of ``run_all(PRESETS[preset], seeds=...)``: ``<directory>/<preset>.json``.
+
+    ``directory`` defaults to the results shipped with the package
+    (:data:`RESULTS_DIR`).  Raises ``ValueError`` naming ``directory`` when it
+    holds no results for ``preset``.
+    """
     from .._checks import check_choice
 
     check_choice("preset", preset, PRESETS)
-    return json.loads((RESULTS_DIR / f"{preset}.json").read_text())
+    path = (RESULTS_DIR if directory is None else Path(directory)) / f"{preset}.json"
+    if not path.is_file():
+        found = sorted(p.stem for p in path.parent.glob("*.json")) if path.parent.is_dir() else []
+        raise ValueError(
+            f"directory must hold lab results ({preset}.json, written by python -m posenc.lab); "
+            f"{path.parent} has {', '.join(found) or 'none'}"
+        )
+    return json.loads(path.read_text())

@@ -1,13 +1,14 @@
 """Command line of the length-extrapolation lab.
 
-    python -m posenc.lab                       # every experiment, preset "full"
-    python -m posenc.lab --preset smoke        # the reduced run the tests repeat
+    python -m posenc.lab --seeds 0-4 --jobs 2     # every experiment, 5 seeds, preset "full"
+    python -m posenc.lab --preset smoke           # the reduced run the tests repeat
     python -m posenc.lab --experiments passkey,rope_scaling --threads 2
-    python -m posenc.lab --compare             # exit 1 unless the stored results reproduce
+    python -m posenc.lab --compare                # exit 1 unless the stored results reproduce
+    python -m posenc.lab --check DIR              # verdicts of the propositions for DIR's results
 
 Writes ``<out>/<preset>.json`` and one PNG per experiment (``--no-plots`` to
-skip), shows tqdm progress bars (``--no-progress`` to hide them) and prints
-the wall-clock time and peak memory of each experiment.
+skip; plots need matplotlib), shows tqdm progress bars (``--no-progress`` to
+hide them) and prints the wall-clock time and peak memory.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from . import EXPERIMENTS, PRESETS, RESULTS_DIR, compare, run_all
+from . import DESCRIPTIONS, EXPERIMENTS, PRESETS, compare, load_results, run_all
+from .propositions import check, failures, format_verdicts
 from .train import peak_memory_mb
 
 
@@ -35,43 +37,124 @@ def _experiments(text: str) -> list[str]:
     return names
 
 
+def _seeds(text: str) -> list[int]:
+    from .experiments import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _positive(name):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive integer, got {text!r}")
+        return value
+
+    return parse
+
+
+def _print_check(results: dict, preset: str) -> int:
+    verdicts = check(results)
+    print(f"propositions ({len(results.get('seeds', [None]))} seeds, 95% t-interval over seeds):")
+    print(format_verdicts(verdicts))
+    bad = failures(verdicts)
+    if preset != "full":
+        print(f"(the chapter states its propositions for the full preset, not {preset!r})")
+        return 0
+    for v in bad:
+        print(f"NOT HOLDING {v['name']}: {v['verdict']}, values {v['values']}")
+    print("every stated proposition holds" if not bad else f"{len(bad)} stated propositions fail")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posenc.lab", description=__doc__.split("\n")[0])
+    listing = "\n".join(f"  {name:14s} {text}" for name, text in DESCRIPTIONS.items())
+    p = argparse.ArgumentParser(
+        prog="python -m posenc.lab",
+        description=__doc__.split("\n")[0],
+        epilog=f"experiments:\n{listing}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
     p.add_argument(
         "--experiments", type=_experiments, default=None, help="comma-separated; default: all"
     )
-    p.add_argument("--seed", type=int, default=None, help="overrides the preset's seed (0)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--seeds", type=_seeds, default=None, help="e.g. 0-4 or 0,3 (default: 0)")
+    p.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
+    p.add_argument("--jobs", type=_positive("--jobs"), default=1, help="seeds run in parallel")
+    p.add_argument("--threads", type=_positive("--threads"), default=1, help="torch threads")
+    p.add_argument("--device", default="cpu", help="reserved: only cpu is supported")
     p.add_argument("--out", type=Path, default=Path("lab-results"), help="output directory")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--compare",
         action="store_true",
-        help="compare with the stored results in posenc/lab/results/ and exit 1 on a mismatch",
+        help="compare with the stored results (statistically, see posenc.lab.TOLERANCE); "
+        "exit 1 on a mismatch",
+    )
+    p.add_argument(
+        "--check",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="print the verdicts of the propositions for DIR/<preset>.json and exit "
+        "(1 if a proposition the chapter states as holding does not hold)",
     )
     args = p.parse_args(argv)
-    if args.threads < 1:
-        p.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.device != "cpu":
+        p.error(f"--device must be 'cpu' in this version, got {args.device!r}")
+    if args.check is not None:
+        try:
+            results = load_results(args.preset, args.check)
+        except ValueError as err:
+            p.error(str(err))
+        return _print_check(results, args.preset)
     torch.set_num_threads(args.threads)
     config = PRESETS[args.preset]
+    seeds = args.seeds
     if args.seed is not None:
         config = dataclasses.replace(config, seed=args.seed)
     start = time.perf_counter()
-    out = run_all(config, args.experiments, progress=not args.no_progress, log=print)
+    out = run_all(
+        config,
+        args.experiments,
+        seeds=seeds,
+        jobs=args.jobs,
+        progress=not args.no_progress and args.jobs == 1,
+        log=print,
+    )
     total = time.perf_counter() - start
     out["meta"]["total_seconds"] = round(total, 1)
     out["meta"]["threads"] = args.threads
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.preset}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
-    peak = peak_memory_mb()
-    print(f"total: {total:.1f} s with {args.threads} thread(s); peak memory {peak:.0f} MiB")
+    peak = max(peak_memory_mb(), out["meta"]["peak_memory_mb"])
+    print(
+        f"total: {total:.1f} s, {len(out['seeds'])} seed(s), {args.jobs} job(s), "
+        f"{args.threads} thread(s); peak memory {peak:.0f} MiB (per process)"
+    )
     print(f"results: {path}")
+    status = 0
+    if args.compare:  # the verdict comes before any plotting
+        problems = compare(load_results(args.preset), out)
+        for line in problems:
+            print("MISMATCH", line)
+        print("stored results reproduced" if not problems else f"{len(problems)} mismatches")
+        status = 1 if problems else 0
     if not args.no_plots:
-        import matplotlib
-
+        try:
+            import matplotlib
+        except ImportError:
+            print("plots skipped: matplotlib is not installed (pip install matplotlib)")
+            return status
         matplotlib.use("Agg")
         from .plots import FIGURES
 
@@ -79,14 +162,7 @@ def main(argv=None) -> int:
             fig = FIGURES[name](out["results"])
             fig.savefig(args.out / f"{args.preset}_{name}.png", dpi=100)
         print(f"plots: {args.out}/{args.preset}_*.png")
-    if args.compare:
-        stored = json.loads((RESULTS_DIR / f"{args.preset}.json").read_text())
-        problems = compare(stored, out)
-        for line in problems:
-            print("MISMATCH", line)
-        print("stored results reproduced" if not problems else f"{len(problems)} mismatches")
-        return 1 if problems else 0
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -1,123 +1,195 @@
 """Figures of the lab's results (matplotlib, imported when called).
 
 Each function takes the ``results`` mapping of :func:`posenc.lab.run_all`
-(``output["results"]``) and returns a :class:`matplotlib.figure.Figure`.
+(``output["results"]``, one row per seed) and returns a
+:class:`matplotlib.figure.Figure` that shows the mean over seeds with its 95%
+t-interval (:func:`posenc.lab.summarize`) as a band or error bar.
 """
 
 from __future__ import annotations
+
+from .experiments import summarize
 
 __all__ = ["FIGURES"]
 
 
 def _plt():
-    import matplotlib.pyplot as plt
-
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError(
+            "posenc.lab.plots needs matplotlib: pip install matplotlib (or posenc[lab])"
+        ) from None
     return plt
+
+
+def _pick(rows, **keys):
+    return [r for r in rows if all(r[k] == v for k, v in keys.items())]
+
+
+def _band(ax, rows, x, y, label=None, **kw):
+    xs = [r[x] for r in rows]
+    (line,) = ax.plot(xs, [r[y] for r in rows], label=label, **kw)
+    ax.fill_between(
+        xs, [r[f"{y}_lo"] for r in rows], [r[f"{y}_hi"] for r in rows], color=line.get_color(),
+        alpha=0.2, lw=0,
+    )  # fmt: skip
+    return line
+
+
+def _seeds(rows):
+    return len({r.get("seed") for r in rows})
 
 
 def training(results):
     plt = _plt()
-    rows = results["training"]
+    rows = summarize(results["training"])
     fig, ax = plt.subplots(figsize=(7, 4))
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
-        rs = [r for r in rows if r["scheme"] == scheme]
-        ax.plot([r["step"] for r in rs], [r["loss"] for r in rs], label=scheme, lw=1.2)
+        _band(ax, _pick(rows, scheme=scheme), "step", "loss", label=scheme, lw=1.2)
     ax.axhline(rows[0]["floor"], color="k", ls="--", label="entropy floor")
-    ax.set(xlabel="step", ylabel="training loss (nats/token)", title="Training at length L")
-    ax.legend(ncol=2, fontsize=8)
+    ax.set(
+        xlabel="step",
+        ylabel="training loss (nats/token)",
+        title=f"Training at length L (mean of {_seeds(results['training'])} seeds, 95% band)",
+    )
+    ax.legend(ncol=2, fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def extrapolation(results):
     plt = _plt()
-    rows = results["extrapolation"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for scheme in dict.fromkeys(r["scheme"] for r in rows):
-        rs = [r for r in rows if r["scheme"] == scheme]
-        ax.plot([r["factor"] for r in rs], [r["excess"] for r in rs], "o-", label=scheme)
+    rows = summarize(results["extrapolation"])
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, scheme in enumerate(schemes):
+        rs = _pick(rows, scheme=scheme)
+        shift = 2 ** ((i - len(schemes) / 2) * 0.02)  # spread the error bars sideways
+        ax.errorbar(
+            [r["factor"] * shift for r in rs], [r["excess"] for r in rs],
+            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
+                  [r["excess_hi"] - r["excess"] for r in rs]],
+            marker="o", ms=4, capsize=2, label=scheme,
+        )  # fmt: skip
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set(
         xlabel="evaluation length / training length",
         ylabel="loss above the entropy floor (nats)",
-        title="Train short, test long",
+        title=f"Train short, test long ({_seeds(results['extrapolation'])} seeds, 95% t-interval)",
     )
-    ax.legend(ncol=3, fontsize=8)
+    ax.legend(ncol=3, fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def rope_scaling(results):
     plt = _plt()
-    rows = results["rope_scaling"]
+    rows = summarize(results["rope_scaling"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, tuned in zip(axes, (False, True), strict=True):
         for method in dict.fromkeys(r["method"] for r in rows):
-            rs = [r for r in rows if r["method"] == method and r["finetuned"] == tuned]
-            ax.plot([r["factor"] for r in rs], [r["excess"] for r in rs], "o-", label=method)
+            _band(ax, _pick(rows, method=method, finetuned=tuned), "factor", "excess",
+                  label=method, marker="o", ms=3)  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set(
             xlabel="evaluation length / training length",
-            title="after a short fine-tune" if tuned else "no fine-tune (scale = length / L)",
+            title="after a short fine-tune at 4L" if tuned else "no fine-tune (scale = length / L)",
         )
+    axes[0].set_yscale("log")
     axes[0].set_ylabel("loss above the entropy floor (nats)")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def early_tokens(results):
     plt = _plt()
-    rows = results["early_tokens"]
+    rows = summarize(results["early_tokens"])
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     fig, axes = plt.subplots(1, len(schemes), figsize=(10, 4), sharey=True)
     for ax, scheme in zip(axes, schemes, strict=True):
         for window in ("short", "long"):
-            rs = [r for r in rows if r["scheme"] == scheme and r["window"] == window]
-            ax.plot([r["position"] for r in rs], [r["loss"] for r in rs], label=f"{window} window")
-        rs = [r for r in rows if r["scheme"] == scheme and r["window"] == "long"]
+            _band(ax, _pick(rows, scheme=scheme, window=window), "position", "loss",
+                  label=f"{window} window")  # fmt: skip
+        rs = _pick(rows, scheme=scheme, window="long")
         ax.plot([r["position"] for r in rs], [r["floor"] for r in rs], "k--", label="floor")
         ax.set(xlabel="position inside the window", title=scheme)
     axes[0].set_ylabel("loss (nats)")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def passkey(results):
+    """One panel per scheme (the curves sit on top of each other in a single panel)."""
     plt = _plt()
-    rows = results["passkey"]
+    rows = summarize(results["passkey"])
     long_len = max(r["length"] for r in rows)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for scheme in dict.fromkeys(r["scheme"] for r in rows):
-        rs = [r for r in rows if r["scheme"] == scheme and r["length"] == long_len]
-        ax.plot([r["hi"] for r in rs], [r["accuracy"] for r in rs], "o-", label=scheme)
     train_len = min(r["length"] for r in rows)
-    ax.axvline(train_len, color="k", ls=":", label="training length")
-    ax.axhline(1 / 8, color="gray", ls="--", label="chance")
-    ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="distance of the value from the query (band upper edge)",
-        ylabel="retrieval accuracy",
-        title=f"Passkey retrieval in inputs of length {long_len}",
-        ylim=(0, 1.05),
+    base = [s for s in dict.fromkeys(r["scheme"] for r in rows) if ":" not in s]
+    cols = 3
+    fig, axes = plt.subplots(
+        -(-len(base) // cols), cols, figsize=(10, 5.5), sharex=True, sharey=True
     )
-    ax.legend(ncol=2, fontsize=8)
+    for ax, scheme in zip(axes.flat, base, strict=False):
+        names = [scheme] + sorted(
+            {r["scheme"] for r in rows if r["scheme"].startswith(scheme + ":")}
+        )
+        for name in names:
+            rs = _pick(rows, scheme=name, length=long_len)
+            ax.errorbar(
+                [r["hi"] for r in rs], [r["accuracy"] for r in rs],
+                yerr=[[r["accuracy"] - r["accuracy_lo"] for r in rs],
+                      [r["accuracy_hi"] - r["accuracy"] for r in rs]],
+                marker="o", ms=3, capsize=2, label=name.split(":")[-1] if ":" in name else "plain",
+            )  # fmt: skip
+        ax.axvline(train_len, color="k", ls=":")
+        ax.axhline(1 / 8, color="gray", ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set(title=scheme, ylim=(-0.05, 1.1))
+        if len(names) > 1:
+            ax.legend(fontsize=8, ncol=2, loc="lower left")
+    for ax in axes[-1]:
+        ax.set_xlabel("distance band (upper edge)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("accuracy")
+    fig.suptitle(
+        f"Passkey retrieval in inputs of {long_len} (dotted: L; dashed: chance; "
+        f"{_seeds(results['passkey'])} seeds, 95% t-interval)",
+        fontsize=11,
+    )
     fig.tight_layout()
     return fig
 
 
 def injection(results):
+    """The per-seed difference input-only minus every-layer, with its interval."""
     plt = _plt()
-    rows = results["injection"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels, values = [], []
-    for r in rows:
-        labels.append(f"{r['scheme']}\n{r['inject']}\n{r['factor']}L")
-        values.append(r["excess"])
-    ax.bar(range(len(values)), values, color="tab:blue")
-    ax.set_xticks(range(len(values)), labels, fontsize=7)
-    ax.set(ylabel="loss above the floor (nats)", title="Position at the input or every layer")
+    raw = results["injection"]
+    diffs = []
+    for r in raw:
+        if r["inject"] == "input":
+            other = _pick(raw, seed=r.get("seed"), scheme=r["scheme"], inject="every",
+                          factor=r["factor"])[0]  # fmt: skip
+            diffs.append({"seed": r.get("seed"), "scheme": r["scheme"], "factor": r["factor"],
+                          "diff": r["excess"] - other["excess"]})  # fmt: skip
+    rows = summarize(diffs)
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = []
+    for i, r in enumerate(rows):
+        ax.errorbar([r["diff"]], [i], xerr=[[r["diff"] - r["diff_lo"]], [r["diff_hi"] - r["diff"]]],
+                    fmt="o", color="tab:blue", capsize=3)  # fmt: skip
+        seeds = [d["diff"] for d in _pick(diffs, scheme=r["scheme"], factor=r["factor"])]
+        ax.plot(seeds, [i + 0.15] * len(seeds), "x", color="gray", ms=5)
+        labels.append(f"{r['scheme']} at {r['factor']}L")
+    ax.axvline(0, color="k", lw=1)
+    ax.set_yticks(range(len(rows)), labels, fontsize=11)
+    ax.set(
+        xlabel="excess loss, input only minus every layer (nats; > 0: every layer better)",
+        title="Position at the input or in every layer (x: single seeds)",
+    )
     fig.tight_layout()
     return fig
 

@@ -127,8 +127,13 @@ def evaluate_loss(
     seed: int,
     max_batch: int = 8,
     name: str = "length",
-) -> torch.Tensor:
+    per_sequence: bool = False,
+):
     """Mean loss at every input position over ``sequences`` fresh samples: float64 ``(length,)``.
+
+    With ``per_sequence=True``, returns ``(per_position, per_sequence)``: also
+    each sequence's mean loss, float64 ``(sequences,)`` (their spread is the
+    evaluation noise).
 
     Raises ``ValueError`` naming ``name`` when the model cannot run on
     ``length`` (a learned table past its rows).  Sequences are processed
@@ -142,9 +147,14 @@ def evaluate_loss(
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     total = torch.zeros(length, dtype=torch.float64)
+    each = []
     for size in _chunks(sequences, max_batch):
         inputs, targets, weights = task.batch(size, length, generator)
-        total += _loss(model(inputs), targets, weights).to(torch.float64).sum(0)
+        ce = _loss(model(inputs), targets, weights).to(torch.float64)
+        total += ce.sum(0)
+        each.append(ce.mean(1))
+    if per_sequence:
+        return total / sequences, torch.cat(each)
     return total / sequences
 
 

@@ -1,0 +1,303 @@
+"""The chapter's propositions as code: one verdict each, from an interval over seeds.
+
+Each :class:`Proposition` computes one number per seed (its *statistic*,
+oriented so that the claim says "statistic > threshold") and a 95%
+t-interval for its mean over the seeds (Student's t with ``seeds - 1``
+degrees of freedom: the seeds are the independent replicates; each seed's
+own evaluation noise is inside its number).  The rule is fixed in advance
+and the same for every proposition:
+
+* **holds**: the whole interval lies above the threshold;
+* **fails**: the whole interval lies below it;
+* **inconclusive**: the interval contains it (or fewer than 2 seeds).
+
+The threshold is 0 ("the interval excludes 0") or a minimum effect stated
+with the claim (0.1 nats for "breaks", 0.5 for "most of", 0.9 and 0.5 for
+accuracies), never a number fitted to the results.  ``stated`` says what the
+chapter asserts: ``"holds"`` for a claim it states as true (``python -m
+posenc.lab --check`` exits non-zero when one of those does not hold),
+``None`` for a question it only reports on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+__all__ = ["PROPOSITIONS", "Proposition", "check", "failures", "t_interval"]
+
+# two-sided 95% quantiles of Student's t, degrees of freedom 1..30
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: the 95% t-interval for the mean of ``values`` (``lo = hi = mean``
+    for one value; for more than 31 values the normal quantile 1.96 is used)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("values must be non-empty")
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return mean, mean, mean
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposition:
+    """A claim, the per-seed statistic that tests it, and the threshold it must clear."""
+
+    name: str
+    claim: str
+    statistic: str
+    compute: Callable[[dict, int], float]  # (results, seed) -> statistic of that seed
+    threshold: float = 0.0
+    stated: str | None = "holds"
+
+
+# ------------------------------------------------------------------ lookups (per seed)
+
+
+def _row(rows, seed, **keys):
+    for r in rows:
+        if r.get("seed", seed) == seed and all(r.get(k) == v for k, v in keys.items()):
+            return r
+    raise KeyError(f"no row with seed={seed} and {keys}")
+
+
+def _excess(res, seed, scheme, factor):
+    return _row(res["extrapolation"], seed, scheme=scheme, factor=factor)["excess"]
+
+
+def _rope(res, seed, method, finetuned, factor):
+    return _row(res["rope_scaling"], seed, method=method, finetuned=finetuned, factor=factor)[
+        "excess"
+    ]
+
+
+def _curse(res, seed, scheme):
+    from .experiments import curse_summary
+
+    rows = [r for r in res["early_tokens"] if r.get("seed", seed) == seed]
+    return _row(curse_summary(rows), seed, scheme=scheme)
+
+
+def _rho(res, seed, scheme):
+    """rho of ``scheme``; NaN (so: inconclusive) when its long window gains nothing."""
+    rho = _curse(res, seed, scheme)["explained"]
+    return math.nan if rho is None else rho
+
+
+def _far_accuracy(res, seed, scheme, lo_min, reduce=min):
+    rows = [r for r in res["passkey"] if r.get("seed", seed) == seed and r["scheme"] == scheme]
+    long_len = max(r["length"] for r in rows)
+    return reduce(r["accuracy"] for r in rows if r["length"] == long_len and r["lo"] >= lo_min)
+
+
+def _L(res):
+    return min(r["length"] for r in res["extrapolation"])
+
+
+def _growth(res, seed, scheme, factor):
+    return _excess(res, seed, scheme, factor) - _excess(res, seed, scheme, 1)
+
+
+def _top(res):
+    return max(r["factor"] for r in res["extrapolation"])
+
+
+def _mean(xs):
+    xs = list(xs)
+    return math.fsum(xs) / len(xs)
+
+
+PROPOSITIONS = (
+    Proposition(
+        "sinusoidal-breaks",
+        "The sinusoidal table loses more than 0.1 nats against the floor from L to 4L.",
+        "e_sin(4L) - e_sin(L)",
+        lambda r, s: _growth(r, s, "sinusoidal", 4),
+        0.1,
+    ),
+    Proposition(
+        "learned-breaks",
+        "The learned table (rows past L untrained) loses more than 0.1 nats from L to 4L.",
+        "e_learned(4L) - e_learned(L)",
+        lambda r, s: _growth(r, s, "learned", 4),
+        0.1,
+    ),
+    Proposition(
+        "rope-breaks",
+        "Plain RoPE (base 100) loses more than 0.1 nats from L to 4L.",
+        "e_rope(4L) - e_rope(L)",
+        lambda r, s: _growth(r, s, "rope", 4),
+        0.1,
+    ),
+    Proposition(
+        "alibi-vs-sinusoidal",
+        "Over the longest extrapolation ALiBi's excess grows at least 0.1 nats less than "
+        "the sinusoidal table's.",
+        "Delta_sin - Delta_alibi, Delta = e(16L) - e(L)",
+        lambda r, s: _growth(r, s, "sinusoidal", _top(r)) - _growth(r, s, "alibi", _top(r)),
+        0.1,
+    ),
+    Proposition(
+        "alibi-loss-falls",
+        "ALiBi's loss at the longest length is below its loss at L.",
+        "l_alibi(L) - l_alibi(16L)",
+        lambda r, s: (
+            _row(r["extrapolation"], s, scheme="alibi", factor=1)["loss"]
+            - _row(r["extrapolation"], s, scheme="alibi", factor=_top(r))["loss"]
+        ),
+    ),
+    Proposition(
+        "pi-helps",
+        "Position interpolation at test time lowers plain RoPE's excess at the longest length.",
+        "e_none(16L) - e_pi(16L), no fine-tune",
+        lambda r, s: _rope(r, s, "none", False, _top(r)) - _rope(r, s, "pi", False, _top(r)),
+    ),
+    Proposition(
+        "ntk-helps",
+        "NTK-aware scaling at test time lowers plain RoPE's excess at the longest length.",
+        "e_none(16L) - e_ntk(16L), no fine-tune",
+        lambda r, s: _rope(r, s, "none", False, _top(r)) - _rope(r, s, "ntk", False, _top(r)),
+    ),
+    Proposition(
+        "yarn-beats-ntk",
+        "YaRN beats NTK-aware scaling at 4L without fine-tuning (the YaRN paper's order).",
+        "e_ntk(4L) - e_yarn(4L), no fine-tune",
+        lambda r, s: _rope(r, s, "ntk", False, 4) - _rope(r, s, "yarn", False, 4),
+        stated=None,
+    ),
+    Proposition(
+        "finetune-helps",
+        "A short fine-tune at 4L with PI lowers PI's excess at 4L.",
+        "e_pi(4L) - e_pi,ft(4L)",
+        lambda r, s: _rope(r, s, "pi", False, 4) - _rope(r, s, "pi", True, 4),
+    ),
+    Proposition(
+        "scaling-beyond-finetune",
+        "With the same fine-tune, PI beats plain RoPE fine-tuned at 4L (the control).",
+        "e_none,ft(4L) - e_pi,ft(4L)",
+        lambda r, s: _rope(r, s, "none", True, 4) - _rope(r, s, "pi", True, 4),
+        stated=None,
+    ),
+    Proposition(
+        "alibi-long-window-gain",
+        "For ALiBi, fresh 4L windows score better per token than fresh L windows.",
+        "l_short - l_long (ALiBi)",
+        lambda r, s: _curse(r, s, "alibi")["gain"],
+    ),
+    Proposition(
+        "curse-explains-most",
+        "Most (rho > 0.5) of ALiBi's long-window gain is the early-token curse.",
+        "rho_alibi",
+        lambda r, s: _rho(r, s, "alibi"),
+        0.5,
+    ),
+    Proposition(
+        "alibi-rho-above-floor",
+        "ALiBi owes more of its gain to the curse than an ideal model would.",
+        "rho_alibi - rho_floor",
+        lambda r, s: _rho(r, s, "alibi") - _rho(r, s, "floor"),
+        stated=None,
+    ),
+    Proposition(
+        "sinusoidal-long-window-worse",
+        "For the sinusoidal table, 4L windows score worse than L windows.",
+        "l_long - l_short (sinusoidal)",
+        lambda r, s: -_curse(r, s, "sinusoidal")["gain"],
+    ),
+    Proposition(
+        "rope-cannot-retrieve-far",
+        "In inputs of 8L, RoPE retrieves a value 2L or more back with accuracy below 0.5.",
+        "0.5 - mean accuracy of RoPE, distances >= 2L",
+        lambda r, s: 0.5 - _far_accuracy(r, s, "rope", 2 * _L(r), _mean),
+    ),
+    Proposition(
+        "alibi-retrieves-far",
+        "In inputs of 8L, ALiBi retrieves at every distance band with accuracy above 0.9.",
+        "min accuracy of ALiBi over bands - 0.9",
+        lambda r, s: _far_accuracy(r, s, "alibi", 1) - 0.9,
+    ),
+    Proposition(
+        "every-layer-injection",
+        "Adding the sinusoidal table in every layer lowers the excess at L "
+        "(the input-only variant minus the every-layer one).",
+        "e_input(L) - e_every(L), sinusoidal",
+        lambda r, s: (
+            _row(r["injection"], s, scheme="sinusoidal", inject="input", factor=1)["excess"]
+            - _row(r["injection"], s, scheme="sinusoidal", inject="every", factor=1)["excess"]
+        ),
+        stated=None,
+    ),
+)
+
+
+def check(results: dict, propositions=PROPOSITIONS) -> list[dict]:
+    """One verdict per proposition for ``results`` (a :func:`run_all` output or its ``results``).
+
+    Each verdict is a dict: ``name``, ``claim``, ``statistic``, ``values``
+    (one per seed, in seed order), ``mean``, ``lo``, ``hi`` (the 95%
+    t-interval over seeds), ``threshold``, ``verdict`` (``"holds"``,
+    ``"fails"`` or ``"inconclusive"``, by the rule of the module doc),
+    ``stated`` and ``seeds``.  A proposition whose rows are missing (an
+    experiment not run) is left out.
+    """
+    res = results.get("results", results)
+    seeds = sorted({r["seed"] for rows in res.values() for r in rows if "seed" in r}) or [None]
+    out = []
+    for p in propositions:
+        try:
+            values = [round(float(p.compute(res, s)), 4) for s in seeds]
+        except KeyError:
+            continue
+        mean, lo, hi = t_interval(values)
+        if len(values) < 2 or any(math.isnan(v) for v in values):
+            verdict = "inconclusive"
+        elif lo > p.threshold:
+            verdict = "holds"
+        elif hi < p.threshold:
+            verdict = "fails"
+        else:
+            verdict = "inconclusive"
+        out.append(
+            {
+                "name": p.name,
+                "claim": p.claim,
+                "statistic": p.statistic,
+                "values": values,
+                "mean": round(mean, 4),
+                "lo": round(lo, 4),
+                "hi": round(hi, 4),
+                "threshold": p.threshold,
+                "verdict": verdict,
+                "stated": p.stated,
+                "seeds": len(values),
+            }
+        )
+    return out
+
+
+def failures(verdicts: list[dict]) -> list[dict]:
+    """The verdicts of propositions stated as holding that do not hold."""
+    return [v for v in verdicts if v["stated"] == "holds" and v["verdict"] != "holds"]
+
+
+def format_verdicts(verdicts: list[dict]) -> str:
+    """A plain-text table of verdicts, one line each."""
+    lines = []
+    for v in verdicts:
+        lines.append(
+            f"{v['verdict']:>12s}  {v['name']:28s} mean {v['mean']:+.3f} "
+            f"[{v['lo']:+.3f}, {v['hi']:+.3f}] vs {v['threshold']:g}"
+            f"{'  (stated: holds)' if v['stated'] == 'holds' else ''}"
+        )
+    return "\n".join(lines)
