@@ -1,0 +1,96 @@
+"""Training throughput of the lab's TinyDecoder as a fraction of a plain matmul.
+
+For each scheme the lab trains, one training step (forward, backward, AdamW,
+at the ``full`` preset's batch 32, length 32, width 64) is timed, and its
+useful work, ``6 * parameters * tokens`` plus the attention products
+(``12 * layers * batch * length**2 * d_model``, causal half counted in full),
+is divided by the time.  The baseline is the FLOP rate of a plain float32
+matmul with the MLP's shapes, ``(batch * length, d_model) @ (d_model, 4 d_model)``,
+forward and backward, measured in the same process and interleaved with the
+steps so both see the same machine load.  Medians over ``--repeats``.
+
+Run: ``python benchmarks/bench_lab.py [--repeats N] [--threads T] [--schemes a,b]``.
+It prints numbers only; nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import posenc.lab as lab
+
+
+def _step_fn(scheme, config):
+    task = lab.LanguageTask()
+    torch.manual_seed(0)
+    model = lab.TinyDecoder(
+        task.vocab, scheme, config.train_len, d_model=config.d_model, layers=config.layers,
+        heads=config.heads, rope_base=config.rope_base,
+    )  # fmt: skip
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=False, foreach=True)
+    gen = torch.Generator().manual_seed(0)
+    inputs, targets, _ = task.batch(config.batch, config.train_len, gen)
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(inputs).transpose(1, 2), targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    params = sum(p.numel() for p in model.parameters())
+    tokens = config.batch * config.train_len
+    flops = 6 * params * tokens + 12 * config.layers * tokens * config.train_len * config.d_model
+    return step, flops
+
+
+def _matmul_fn(config):
+    m, k, n = config.batch * config.train_len, config.d_model, 4 * config.d_model
+    a = torch.randn(m, k, requires_grad=True)
+    b = torch.randn(k, n, requires_grad=True)
+
+    def step():
+        (a @ b).sum().backward()
+
+    return step, 6 * m * k * n
+
+
+def _time(fn, inner=5):
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--schemes", default="none,sinusoidal,rope,alibi,t5")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    config = lab.PRESETS["full"]
+    base, base_flops = _matmul_fn(config)
+    steps = {s: _step_fn(s, config) for s in args.schemes.split(",")}
+    times = {s: [] for s in steps}
+    base_times = []
+    for fn, _ in [*steps.values(), (base, 0)]:
+        fn()  # warm-up
+    for _ in range(args.repeats):
+        base_times.append(_time(base, 50))
+        for s, (fn, _) in steps.items():
+            times[s].append(_time(fn))
+    rate = base_flops / statistics.median(base_times)
+    print(f"plain matmul {config.batch * config.train_len}x{config.d_model}x{4 * config.d_model} "
+          f"fwd+bwd: {rate / 1e9:.2f} GFLOP/s ({args.threads} thread(s))")  # fmt: skip
+    for s, (_, flops) in steps.items():
+        t = statistics.median(times[s])
+        print(f"{s:12s} {t * 1e3:7.1f} ms/step  {flops / t / 1e9:6.2f} GFLOP/s  "
+              f"{flops / t / rate:5.0%} of the matmul")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
