@@ -13,7 +13,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: book test lint unit notebooks site browser browser-deps env clean run
+.PHONY: book test lint unit notebooks site browser browser-deps env clean run repository-url
 
 env: $(VENV)/.installed
 
@@ -61,6 +61,12 @@ test: lint unit site browser
 run: env
 	$(BIN)/jupyter execute --inplace $(NB)
 	$(BIN)/python .ci/strip_timings.py $(NB)
+
+# Publish the book under another address in one step: the address in _config.yml and the
+# install cell of every chapter (Colab cannot read _config.yml):
+#   make repository-url URL=https://github.com/you/posenc
+repository-url: env
+	$(BIN)/python .ci/repository_url.py --set $(URL)
 
 clean:
 	rm -rf _build

@@ -177,11 +177,14 @@ def test_every_chapter_has_colab_and_binder_launch_links():
         c for c in re.findall(r"file:\s*(book/\S+)", toc) if (ROOT / f"{c}.ipynb").is_file()
     ]
     assert len(chapters) >= 10, chapters
+    # the one home of the address (.ci/repository_url.py keeps the install cells in step)
+    url = re.search(r"^repository:\s*\n\s+url:\s*(\S+)", (ROOT / "_config.yml").read_text(), re.M)
+    repo = url.group(1).removeprefix("https://github.com/")
     for chapter in chapters:
         text = (SITE / f"{chapter}.html").read_text(encoding="utf-8")
         notebook = f"{chapter}.ipynb"
-        colab = f"https://colab.research.google.com/github/posenc/posenc/blob/main/{notebook}"
-        binder = f"https://mybinder.org/v2/gh/posenc/posenc/main?urlpath=tree/{notebook}"
+        colab = f"https://colab.research.google.com/github/{repo}/blob/main/{notebook}"
+        binder = f"https://mybinder.org/v2/gh/{repo}/main?urlpath=tree/{notebook}"
         assert colab in text, chapter
         assert binder in text, chapter
 
