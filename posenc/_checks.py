@@ -17,11 +17,15 @@ from ._runtime import has_values
 
 __all__: list[str] = []  # private module
 
-# Largest |position| accepted anywhere positions enter attention.  Beyond 2**31
-# the float64 angle p * w of RoPE carries an error above float32 roundoff
-# (2**31 * 2**-53 ~ 2.4e-7 rad), and differences of positions could not
-# overflow int64 for any value below it.  No model has such contexts.
+# Every position, wherever it enters posenc, lies strictly within MAX_POSITION of
+# 0.  Beyond 2**31 the float64 angle p * w of RoPE and of the sinusoidal table
+# carries an error above float32 roundoff (2**31 * 2**-53 ~ 2.4e-7 rad);
+# below it, differences of positions (at most 2**32) and every float64
+# conversion are exact.  No model has such contexts.  Relative positions
+# (key - query) are bounded by MAX_DISTANCE, the largest such difference.
 MAX_POSITION = 2**31
+MAX_DISTANCE = 2 * MAX_POSITION
+_INT64 = 2**63
 
 
 def check_int(name: str, value, *, minimum: int | None = None) -> int:
@@ -34,6 +38,21 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
             minimum, f"an integer >= {minimum}"
         )
         raise ValueError(f"{name} must be {kind}, got {value}")
+    return value
+
+
+def check_length(name: str, value) -> int:
+    """Return a count of positions ``0 .. value-1`` (a table size, a grid side) as an ``int``.
+
+    Non-negative, and at most ``MAX_POSITION`` so that the last position lies
+    strictly within ``MAX_POSITION`` of 0.
+    """
+    value = check_int(name, value, minimum=0)
+    if value > MAX_POSITION:
+        raise ValueError(
+            f"{name} must be <= 2**31 = {MAX_POSITION} (positions 0 .. {name} - 1 lie strictly "
+            f"within 2**31 of 0), got {value}"
+        )
     return value
 
 
@@ -87,18 +106,28 @@ def check_floating(name: str, value, *, min_dim: int = 0) -> torch.Tensor:
     return value
 
 
-def as_positions(name: str, value, *, device=None) -> torch.Tensor:
+def as_positions(name: str, value, *, device=None, limit: int | None = MAX_POSITION):
     """Return integer positions as an ``int64`` tensor on ``device``.
 
     Accepts an integer tensor, or a sequence/range of Python ints.  Float
     positions are rejected: a position is an index, and silently truncating
-    ``2.7`` to ``2`` would hide a bug in the caller.
+    ``2.7`` to ``2`` would hide a bug in the caller.  Every value must lie
+    strictly within ``limit`` of 0 (:func:`check_position_range`); a tensor's
+    values are checked when they can be read (not while tracing, not for meta
+    tensors), Python ints always, before any tensor is built.  ``limit=None``
+    checks only that the values fit in int64.
     """
+    bound = _INT64 if limit is None else limit
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got dtype {value.dtype}")
-        return value.to(device=device if device is not None else value.device, dtype=torch.int64)
+        t = value.to(device=device if device is not None else value.device, dtype=torch.int64)
+        if limit is not None:
+            check_position_values(name, t, limit=limit)
+        return t
     if isinstance(value, range):
+        if len(value):
+            check_position_range(name, min(value[0], value[-1]), max(value[0], value[-1]), bound)
         return torch.arange(value.start, value.stop, value.step, device=device)
     try:
         items = list(value)
@@ -109,7 +138,32 @@ def as_positions(name: str, value, *, device=None) -> torch.Tensor:
     for item in items:
         if isinstance(item, bool) or not isinstance(item, numbers.Integral):
             raise TypeError(f"{name} must hold integers, got {item!r}")
+    if items:
+        check_position_range(name, int(min(items)), int(max(items)), bound)
     return torch.tensor(items, dtype=torch.int64, device=device)
+
+
+def check_position_range(name: str, lo: int, hi: int, limit: int = MAX_POSITION) -> None:
+    """Raise unless every position from ``lo`` to ``hi`` lies strictly within ``limit`` of 0.
+
+    The one bound on positions: :func:`as_positions`, :func:`check_position_values`,
+    :func:`check_offset` and the modules' offsets all end here.  ``limit`` is
+    a power of two (``MAX_POSITION``, ``MAX_DISTANCE`` or ``2**63``).
+    """
+    if lo <= -limit or hi >= limit:
+        got = f"{lo}" if lo == hi else f"values from {lo} to {hi}"
+        raise ValueError(
+            f"{name} must lie strictly within 2**{limit.bit_length() - 1} = {limit} of 0, got {got}"
+        )
+
+
+def beyond_limit(positions: torch.Tensor, limit: int = MAX_POSITION) -> torch.Tensor:
+    """Boolean tensor: where ``positions`` lie ``limit`` or more from 0.
+
+    For traced code, which cannot raise on values: poison those outputs (NaN)
+    instead of returning a silently wrong number.
+    """
+    return (positions <= -limit) | (positions >= limit)
 
 
 def check_float_dtype(name: str, dtype) -> torch.dtype:
@@ -151,22 +205,25 @@ def check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:
         q_offset = check_int("q_offset", q_offset)
         if causal and q_offset < 0:
             raise ValueError(f"q_offset must be >= 0 with causal=True, got {q_offset}")
-    if q_offset <= -MAX_POSITION or q_offset + q_len > MAX_POSITION:
+    try:
+        check_position_range("q_offset", q_offset, q_offset + q_len - 1)
+    except ValueError:
         raise ValueError(
             f"q_offset must keep every query position q_offset .. q_offset + q_len - 1 strictly "
             f"within 2**31 = {MAX_POSITION} of 0, got q_offset={q_offset} with q_len={q_len}"
-        )
+        ) from None
     return q_offset
 
 
-def check_position_values(name: str, positions: torch.Tensor) -> None:
-    """Raise if a position lies ``MAX_POSITION`` or more from 0 (when values are readable)."""
+def check_position_values(name: str, positions: torch.Tensor, *, limit: int = MAX_POSITION):
+    """Raise if a position lies ``limit`` or more from 0 (when values are readable).
+
+    One host read (min and max together); nothing while tracing or for meta
+    tensors, where :func:`beyond_limit` lets the caller poison the output.
+    """
     if positions.numel() and has_values(positions):
-        if bool(((positions >= MAX_POSITION) | (positions <= -MAX_POSITION)).any()):
-            raise ValueError(
-                f"{name} must lie strictly within 2**31 = {MAX_POSITION} of 0, got values from "
-                f"{int(positions.min())} to {int(positions.max())}"
-            )
+        lo, hi = torch.stack(torch.aminmax(positions)).tolist()
+        check_position_range(name, lo, hi, limit)
 
 
 def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:

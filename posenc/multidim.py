@@ -46,10 +46,19 @@ from __future__ import annotations
 import torch
 
 from . import _angles, _memory
-from ._checks import as_positions, check_choice, check_float, check_float_dtype, check_int
+from ._checks import (
+    MAX_POSITION,
+    as_positions,
+    beyond_limit,
+    check_choice,
+    check_float,
+    check_float_dtype,
+    check_int,
+    check_length,
+)
 from ._rope_kernels import rotate as _rotate
 from ._rope_kernels import rotate_functional as _rotate_functional
-from ._runtime import in_transform, tracing
+from ._runtime import has_values, in_transform, tracing
 from .rope import _check_x, rope_frequencies
 from .sinusoidal import LAYOUTS as SINUSOIDAL_LAYOUTS
 from .sinusoidal import sinusoidal_inv_freq, sinusoidal_table
@@ -73,7 +82,7 @@ def grid_positions(*sizes: int, device=None) -> torch.Tensor:
     """
     if not sizes:
         raise ValueError("sizes must name at least one axis, e.g. grid_positions(h, w)")
-    sizes = tuple(check_int(f"sizes[{a}]", s, minimum=0) for a, s in enumerate(sizes))
+    sizes = tuple(check_length(f"sizes[{a}]", s) for a, s in enumerate(sizes))
     axes = [torch.arange(s, device=device) for s in sizes]
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, len(sizes))
 
@@ -93,7 +102,8 @@ def axial_sinusoidal_encoding(
     ----------
     positions
         Integer coordinates ``(..., num_axes)``, at least 2-D (e.g. ``(seq, 2)``
-        for ``(row, col)`` pairs); any integers, negative ones included.
+        for ``(row, col)`` pairs); any integers strictly within ``2**31`` of 0,
+        negative ones included.
     dim
         Number of features: a positive multiple of ``2 * num_axes``.
     base
@@ -117,6 +127,7 @@ def axial_sinusoidal_encoding(
     sub = dim // num_axes
     omega = sinusoidal_inv_freq(sub, base=base, device=pos.device)
     cos, sin = _angles.cos_sin(pos, omega, dtype=_angles.compute_dtype(dtype))  # (..., n, sub/2)
+    cos, sin = _poison_if_traced(pos, cos, sin)
     if layout == "interleaved":
         codes = torch.stack((sin, cos), dim=-1).flatten(-2)  # sin, cos per frequency
     else:
@@ -154,8 +165,8 @@ def sinusoidal_table_2d(
         ``"half"`` layout) use :func:`axial_sinusoidal_encoding` on
         ``grid_positions(height, width).flip(-1)``.
     """
-    height = check_int("height", height, minimum=0)
-    width = check_int("width", width, minimum=0)
+    height = check_length("height", height)
+    width = check_length("width", width)
     dim = _check_axial_dim(dim, 2)
     dtype = check_float_dtype("dtype", dtype)
     work = _angles.compute_dtype(dtype)
@@ -187,7 +198,9 @@ def axial_rope_cos_sin(
     Parameters
     ----------
     positions
-        Integer coordinates ``(..., num_axes)``, at least 2-D.
+        Integer coordinates ``(..., num_axes)``, at least 2-D, strictly within
+        ``2**31`` of 0 (as for 1-D RoPE: beyond, the float64 angle errs by more
+        than float32 roundoff).
     dim
         Number of rotated features: a positive multiple of ``2 * num_axes``.
     base
@@ -202,6 +215,7 @@ def axial_rope_cos_sin(
     dtype = check_float_dtype("dtype", dtype)
     omega = rope_frequencies(dim // num_axes, base=base).to(pos.device)
     cos, sin = _angles.cos_sin(pos, omega, dtype=dtype)  # (..., n, dim / (2n))
+    cos, sin = _poison_if_traced(pos, cos, sin)
     return cos.flatten(-2), sin.flatten(-2)
 
 
@@ -277,18 +291,31 @@ def _check_grid_positions(name, positions, device):
     if not isinstance(positions, torch.Tensor):  # nested lists of (row, col) pairs
         try:
             positions = torch.as_tensor(positions)
-        except (TypeError, ValueError, RuntimeError):
+        except (TypeError, ValueError, RuntimeError) as e:
+            if "Overflow" in str(e):  # a Python int beyond int64
+                raise ValueError(
+                    f"{name} must lie strictly within 2**31 = {MAX_POSITION} of 0, got a value "
+                    "beyond int64"
+                ) from None
             raise TypeError(
                 f"{name} must be an integer tensor or nested sequences of ints, "
                 f"got {type(positions).__name__}"
             ) from None
-    pos = as_positions(name, positions, device=device)
+    pos = as_positions(name, positions, device=device)  # bounded by MAX_POSITION
     if pos.dim() < 2 or pos.shape[-1] < 1:
         raise ValueError(
             f"{name} must have shape (..., num_axes) with at least 2 dimensions, e.g. "
             f"(seq, 2) for (row, col) pairs; got {tuple(pos.shape)}"
         )
     return pos
+
+
+def _poison_if_traced(pos, cos, sin):
+    """NaN where a coordinate is out of range but could not be checked (traced, meta)."""
+    if not pos.numel() or has_values(pos):
+        return cos, sin  # as_positions has checked the values
+    bad = beyond_limit(pos)[..., None]  # (..., num_axes, 1)
+    return cos.masked_fill(bad, float("nan")), sin.masked_fill(bad, float("nan"))
 
 
 def _check_axial_dim(dim, num_axes):

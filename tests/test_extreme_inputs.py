@@ -1,0 +1,125 @@
+"""Extreme inputs get an exact result or a ValueError naming the parameter and the limit.
+
+Every position, wherever it enters posenc, lies strictly within 2**31 of 0
+(``posenc._checks.MAX_POSITION``); relative positions within 2**32.  Memory
+never depends on how large a position or T5's ``max_distance`` is: a lookup
+of 128 positions allocates at most 32 MiB at any offset.  And importing or
+running posenc changes no global compiler setting.
+
+Memory is the peak of tensor memory a call allocates and holds, from
+``torch.profiler``'s allocation records (deterministic: it counts bytes
+requested, not time), as in ``benchmarks/bench_kv_cache.py``.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import pytest
+import torch
+
+import posenc
+
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
+LIMIT = r"must lie strictly within 2\*\*31 = 2147483648 of 0"
+OUT_OF_RANGE = [2**31, -(2**31), INT64_MAX, INT64_MIN]  # each refused
+MIB = 2**20
+BOUND_MIB = 32
+
+
+def peak_mib(fn):
+    """Peak tensor memory (MiB) allocated and held while ``fn()`` runs, from torch.profiler."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        fn()
+    deltas = []
+    for e in prof.events():
+        if e.name == "[memory]":  # allocations and frees outside any op
+            deltas.append((e.time_range.start, e.cpu_memory_usage))
+        elif e.self_cpu_memory_usage > 0:  # what an op allocated (net of its own frees)
+            deltas.append((e.time_range.start, e.self_cpu_memory_usage))
+    held = peak = 0
+    for _, d in sorted(deltas, key=lambda t: t[0]):
+        held += d
+        peak = max(peak, held)
+    return peak / MIB
+
+
+def test_peak_mib_sees_a_large_allocation():
+    # the measure must be able to fail: a 64 MiB temporary is seen
+    assert peak_mib(lambda: torch.ones(16 * MIB).sum()) >= 63.9
+
+
+# ---------------------------------------------------------------- the one bound on positions
+
+
+@pytest.mark.parametrize("p", OUT_OF_RANGE)
+def test_axial_coordinates_beyond_two_to_the_31_are_refused(p):
+    x = torch.randn(2, 8)
+    pos = torch.tensor([[0, 1], [p, 3]])
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.apply_axial_rope(x, pos)
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.axial_rope_cos_sin(pos, 8)
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.axial_sinusoidal_encoding(pos, 8)
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.axial_rope_cos_sin([[0, 1], [p, 3]], 8)  # nested lists are checked before use
+
+
+def test_axial_coordinates_beyond_int64_and_largest_grids():
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.axial_rope_cos_sin([[2**63, 0]], 8)
+    with pytest.raises(ValueError, match=r"sizes\[1\] must be <= 2\*\*31"):
+        posenc.grid_positions(0, 2**31 + 1)
+    with pytest.raises(ValueError, match=r"width must be <= 2\*\*31"):
+        posenc.sinusoidal_table_2d(0, 2**31 + 1, 8)
+
+
+def test_axial_rope_is_exact_up_to_the_last_accepted_coordinate():
+    # float64 angles from exact integers: the cos/sin of p * omega within float32 roundoff,
+    # golden values from mpmath with the float64 frequencies taken as exact
+    p = torch.tensor([[2**31 - 1, -(2**31 - 1)]])
+    cos, sin = posenc.axial_rope_cos_sin(p, 8)
+    omega = posenc.rope_frequencies(4).tolist()
+    mpmath.mp.prec = 200
+    for a, coord in enumerate(p[0].tolist()):
+        for i, w in enumerate(omega):
+            angle = mpmath.mpf(coord) * mpmath.mpf(w)
+            assert abs(float(cos[0, 2 * a + i]) - float(mpmath.cos(angle))) <= 3e-7
+            assert abs(float(sin[0, 2 * a + i]) - float(mpmath.sin(angle))) <= 3e-7
+
+
+def test_traced_axial_coordinates_out_of_range_give_nan():
+    fn = torch.compile(lambda p: posenc.axial_rope_cos_sin(p, 8), backend="eager", fullgraph=True)
+    cos, sin = fn(torch.tensor([[2**31, 1], [2, 3]]))
+    assert cos[0, :2].isnan().all() and sin[0, :2].isnan().all()  # the bad row's first axis
+    want = posenc.axial_rope_cos_sin(torch.tensor([[0, 1], [2, 3]]), 8)
+    assert torch.equal(cos[0, 2:], want[0][0, 2:]) and torch.equal(cos[1], want[0][1])
+
+
+@pytest.mark.parametrize("p", OUT_OF_RANGE)
+def test_learned_positions_beyond_two_to_the_31_are_refused(p):
+    emb = posenc.LearnedEmbedding(8, 4)
+    with pytest.raises(ValueError, match="positions"):
+        emb(torch.tensor([0, p]))
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        emb([0, p])
+    if p > 0:
+        with pytest.raises(ValueError, match="max_positions=8"):
+            emb(2, offset=p)
+
+
+@pytest.mark.parametrize("p", [INT64_MAX, INT64_MIN])
+@pytest.mark.parametrize("name", [n for n, c in posenc.SCHEMES.items() if c.acts_on == "attention"])
+def test_int64_extreme_positions_get_a_named_error_from_every_scheme(name, p):
+    torch.manual_seed(0)
+    scheme = posenc.SCHEMES[name].examples(4, 8)[""]
+    q = torch.randn(1, 4, 2, 8)
+    pos = torch.tensor([0, p])
+    with pytest.raises(ValueError, match="k_positions " + LIMIT):
+        posenc.attention(q, q, q, encoding=scheme, k_positions=pos, q_positions=torch.arange(2))
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        posenc.KVCache(scheme).update(q, q, q, pos)
+    with pytest.raises(ValueError, match="q_offset must keep every query position"):
+        posenc.attention(q, q, q, encoding=scheme, q_offset=p, causal=False)
