@@ -24,13 +24,17 @@ from torch import nn
 from . import _angles, _memory
 from ._checks import (
     as_positions,
+    beyond_limit,
     check_choice,
     check_even,
     check_float,
     check_float_dtype,
     check_floating,
     check_int,
+    check_length,
+    check_position_range,
 )
+from ._runtime import has_values
 
 __all__ = [
     "sinusoidal_inv_freq",
@@ -95,21 +99,42 @@ def sinusoidal_table(
     Tensor ``(num_positions, dim)``.  In float32 every entry is within
     2.5e-7 of the exact value at every position (tested up to 10**6).
     """
-    num_positions = check_int("num_positions", num_positions, minimum=0)
+    num_positions = check_length("num_positions", num_positions)
     dim = check_even("dim", dim)
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, device=device)
     work = _angles.compute_dtype(dtype)
-    table = _memory.empty(num_positions, dim, dtype=work, device=device)
-    if num_positions:
-        half = dim // 2
-        if layout == "interleaved":
-            sin, cos = table[:, 0::2], table[:, 1::2]
-        else:
-            sin, cos = table[:, :half], table[:, half:]
-        _angles.cos_sin_range_into(0, inv_freq, cos, sin)
+    table = _run(0, num_positions, inv_freq, layout, work, device)
     return table if dtype == work else table.to(dtype)
+
+
+def _run(start, count, inv_freq, layout, dtype, device):
+    """Rows ``start .. start+count-1`` of the table, ``(count, dim)`` in float32 or float64.
+
+    Angle addition (:mod:`posenc._angles`) over the run alone: memory is the
+    output plus ``O(sqrt(count) * dim)``, whatever ``start``.
+    """
+    half = inv_freq.shape[0]
+    out = _memory.empty(count, 2 * half, dtype=dtype, device=device)
+    if count:
+        if layout == "interleaved":
+            sin, cos = out[:, 0::2], out[:, 1::2]
+        else:
+            sin, cos = out[:, :half], out[:, half:]
+        _angles.cos_sin_range_into(start, inv_freq, cos, sin)
+    return out
+
+
+def _rows_at(positions, inv_freq, layout, dtype):
+    """Rows for arbitrary integer ``positions``: ``(*positions.shape, dim)``, angles in float64.
+
+    Memory is proportional to ``positions.numel() * dim``, whatever the values.
+    """
+    cos, sin = _angles.cos_sin(positions, inv_freq.to(positions.device), dtype=dtype)
+    if layout == "interleaved":
+        return torch.stack((sin, cos), dim=-1).flatten(-2)
+    return torch.cat((sin, cos), dim=-1)
 
 
 def sinusoidal_shift_matrix(
@@ -147,10 +172,18 @@ class SinusoidalEmbedding(nn.Module):
 
     ``x: (..., seq, dim)``; row ``offset + s`` of the table is added to
     ``x[..., s, :]``, or, with explicit ``positions`` (an integer tensor
-    broadcastable to ``x.shape[:-1]``), row ``positions[..., s]``.  The module
-    has no parameters and no length limit: it keeps a non-persistent cache of
-    the table that regrows (doubling) when a longer sequence arrives and is
-    rebuilt when the device or the working precision changes.
+    broadcastable to ``x.shape[:-1]``), row ``positions[..., s]``.  Positions
+    are ``>= 0`` and below ``2**31`` (else ``ValueError``; traced calls, which
+    cannot raise on values, give NaN rows there).  The module has no parameters:
+    it keeps a non-persistent cache of the first rows of the table, which
+    regrows (doubling) when a longer sequence arrives and is rebuilt when the
+    device or the working precision changes.  Rows far past the cache are
+    computed for the requested positions alone, so memory never depends on how
+    large a position is: a lookup of ``n`` positions allocates ``O(n * dim)``;
+    the cache grows only to cover positions below ``2 n`` (rounded up to a
+    power of two).
+    Rows computed either way are within float32 roundoff of the exact values
+    (see :func:`sinusoidal_table`).
 
     Precision: the cache is always float32 (float64 for float64 inputs), even
     after ``module.to(torch.bfloat16)``; the sum ``x + table`` is formed in
@@ -198,7 +231,7 @@ class SinusoidalEmbedding(nn.Module):
         ``dtype`` float32 or float64 selects the cache precision; other float
         dtypes are read from the float32 cache and rounded once.
         """
-        num_positions = check_int("num_positions", num_positions, minimum=0)
+        num_positions = check_length("num_positions", num_positions)
         dtype = check_float_dtype("dtype", dtype)
         work = _angles.compute_dtype(dtype)
         device = torch.device(device) if device is not None else self._cache.device
@@ -213,13 +246,28 @@ class SinusoidalEmbedding(nn.Module):
         return cache[:num_positions].to(dtype)
 
     def encode(self, positions, *, dtype=torch.float32) -> torch.Tensor:
-        """Table rows for integer ``positions`` (any shape): ``(*positions.shape, dim)``."""
+        """Table rows for integer ``positions`` (any shape): ``(*positions.shape, dim)``.
+
+        Positions must be ``>= 0`` and below ``2**31``.
+        """
         device = positions.device if isinstance(positions, torch.Tensor) else self._cache.device
         positions = as_positions("positions", positions, device=device)
-        if positions.numel() and int(positions.min()) < 0:
-            raise ValueError(f"positions must be >= 0, got min {int(positions.min())}")
-        needed = int(positions.max()) + 1 if positions.numel() else 0
-        return self.table(needed, device=device, dtype=dtype)[positions]
+        dtype = check_float_dtype("dtype", dtype)
+        work = _angles.compute_dtype(dtype)
+        if positions.numel() == 0:
+            return torch.empty(*positions.shape, self.dim, device=device, dtype=dtype)
+        if not has_values(positions):  # traced: no host reads, no cache; poison what is refused
+            rows = _rows_at(positions, self._inv_freq(device), self.layout, work)
+            bad = (positions < 0) | beyond_limit(positions)
+            return rows.masked_fill(bad[..., None], float("nan")).to(dtype)
+        lo, hi = torch.stack(torch.aminmax(positions)).tolist()
+        if lo < 0:
+            raise ValueError(f"positions must be >= 0, got min {lo}")
+        if self._cached(hi + 1, device, work) or hi < 2 * positions.shape[-1]:
+            rows = self.table(hi + 1, device=device, dtype=work)[positions]
+        else:  # far past the cache: only the rows asked for
+            rows = _rows_at(positions, self._inv_freq(device), self.layout, work)
+        return rows.to(dtype)
 
     def forward(self, x: torch.Tensor, *, offset: int = 0, positions=None) -> torch.Tensor:
         """Return ``scale * x + PE`` with the shape and dtype of ``x: (..., seq, dim)``."""
@@ -229,11 +277,26 @@ class SinusoidalEmbedding(nn.Module):
         work = _angles.compute_dtype(x.dtype)
         if positions is None:
             offset = check_int("offset", offset, minimum=0)
-            pe = self.table(offset + x.shape[-2], device=x.device, dtype=work)[offset:]
+            seq = x.shape[-2]
+            check_position_range("positions offset .. offset + seq - 1", offset, offset + seq - 1)
+            pe = self._run(offset, seq, x.device, work)
         else:
             pe = self.encode(as_positions("positions", positions, device=x.device), dtype=work)
         out = x.to(work) * self.scale + pe if self.scale != 1.0 else x.to(work) + pe
         return out.to(x.dtype)
+
+    def _run(self, start: int, count: int, device, dtype) -> torch.Tensor:
+        """Rows ``start .. start+count-1``: from the cache, or computed for the run alone."""
+        if self._cached(start + count, device, dtype) or start <= count:
+            return self.table(start + count, device=device, dtype=dtype)[start:]
+        return _run(start, count, self._inv_freq(device), self.layout, dtype, device)
+
+    def _cached(self, num_positions: int, device, dtype) -> bool:
+        c = self._cache
+        return c.device == torch.device(device) and c.dtype == dtype and c.shape[0] >= num_positions
+
+    def _inv_freq(self, device) -> torch.Tensor:
+        return sinusoidal_inv_freq(self.dim, base=self.base, device=device)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, base={self.base}, layout={self.layout!r}, scale={self.scale}"

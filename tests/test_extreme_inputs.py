@@ -123,3 +123,86 @@ def test_int64_extreme_positions_get_a_named_error_from_every_scheme(name, p):
         posenc.KVCache(scheme).update(q, q, q, pos)
     with pytest.raises(ValueError, match="q_offset must keep every query position"):
         posenc.attention(q, q, q, encoding=scheme, q_offset=p, causal=False)
+
+
+# ---------------------------------------------------------------- sinusoidal: any offset
+
+
+@pytest.mark.parametrize("p", OUT_OF_RANGE)
+def test_sinusoidal_positions_beyond_two_to_the_31_are_refused(p):
+    emb = posenc.SinusoidalEmbedding(8)
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        emb.encode(torch.tensor([0, p]))
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        emb.encode([0, p])
+    with pytest.raises(ValueError, match="positions " + LIMIT):
+        emb(x, positions=torch.tensor([0, p]))
+    if p > 0:  # the run offset .. offset + 1 leaves the range
+        with pytest.raises(ValueError, match=r"offset \.\. offset \+ seq - 1 " + LIMIT):
+            emb(x, offset=p - 1)
+    assert emb._cache.numel() == 0  # refused before any table was built
+
+
+def test_sinusoidal_table_sizes_beyond_two_to_the_31_are_refused():
+    with pytest.raises(ValueError, match=r"num_positions must be <= 2\*\*31"):
+        posenc.sinusoidal_table(2**31 + 1, 8)
+    with pytest.raises(ValueError, match=r"num_positions must be <= 2\*\*31"):
+        posenc.SinusoidalEmbedding(8).table(INT64_MAX)
+
+
+def sinusoid_exact(positions, dim, layout):
+    """Rows of the table by mpmath: sin and cos of p * w with the float64 w taken as exact."""
+    mpmath.mp.prec = 200
+    w = posenc.sinusoidal_inv_freq(dim).tolist()
+    rows = []
+    for p in positions:
+        s = [float(mpmath.sin(mpmath.mpf(p) * mpmath.mpf(wi))) for wi in w]
+        c = [float(mpmath.cos(mpmath.mpf(p) * mpmath.mpf(wi))) for wi in w]
+        rows.append([v for pair in zip(s, c, strict=True) for v in pair] if layout == "interleaved"
+                    else s + c)  # fmt: skip
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("offset", [3_000_000, 2**31 - 128])
+def test_sinusoidal_lookup_memory_does_not_depend_on_the_offset(offset, layout):
+    dim = 512  # a 3e6-row table of this width would be 6 GiB
+    x = torch.zeros(128, dim)
+    emb = posenc.SinusoidalEmbedding(dim, layout=layout)
+    out = {}
+    assert peak_mib(lambda: out.setdefault("run", emb(x, offset=offset))) <= BOUND_MIB
+    pos = torch.arange(128) + offset
+    assert peak_mib(lambda: out.setdefault("at", emb.encode(pos.flip(0)))) <= BOUND_MIB
+    assert emb._cache.shape[0] <= 512  # no table up to the offset was kept either
+    # exact: within float32 roundoff of sin/cos(p * w) (the documented 2.5e-7, plus the
+    # float64 rounding of p * w near 2**31), for both the run and arbitrary positions
+    rows = [0, 1, 63, 127]
+    want = sinusoid_exact([offset + r for r in rows], dim, layout)
+    tol = 2.5e-7 if offset < 2**30 else 5e-7
+    assert (out["run"][rows].double() - want).abs().max() <= tol
+    assert (out["at"].flip(0)[rows].double() - want).abs().max() <= tol
+
+
+def test_sinusoidal_rows_past_the_cache_equal_the_table_rows():
+    # the same numbers as the table's own rows, to float32 roundoff, at and past the cache
+    dim, offset = 64, 1_000_000
+    table = posenc.sinusoidal_table(offset + 256, dim)
+    emb = posenc.SinusoidalEmbedding(dim)
+    run = emb(torch.zeros(256, dim), offset=offset)
+    at = emb.encode(torch.tensor([offset + 255, offset, 5]))
+    assert (run - table[offset:]).abs().max() <= 4e-7
+    assert (at - table[[offset + 255, offset, 5]]).abs().max() <= 4e-7
+    # float64 is computed in float64, also past the cache
+    run64 = emb(torch.zeros(256, dim, dtype=torch.float64), offset=offset)
+    assert (
+        run64 - posenc.sinusoidal_table(offset + 256, dim, dtype=torch.float64)[offset:]
+    ).abs().max() <= 1e-9
+
+
+def test_traced_sinusoidal_lookup_is_exact_and_poisons_refused_positions():
+    emb = posenc.SinusoidalEmbedding(8)
+    fn = torch.compile(emb.encode, backend="eager", fullgraph=True)
+    got = fn(torch.tensor([3, -1, 2**31, 7]))
+    assert got[[1, 2]].isnan().all()
+    assert (got[[0, 3]] - posenc.sinusoidal_table(8, 8)[[3, 7]]).abs().max() <= 2.5e-7
