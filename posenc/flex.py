@@ -46,8 +46,10 @@ path rounds its dense bias to the input dtype instead.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import shutil
+import warnings
 
 import torch
 
@@ -96,41 +98,84 @@ def _compiler_missing(device_type: str) -> str | None:
     return f"FlexAttention is compiled for 'cpu' and 'cuda' tensors only, got {device_type!r}"
 
 
-_failed: dict[str, str] = {}  # device type -> why compiling failed there (auto stops trying)
-
-
 def flex_available(device="cpu") -> bool:
-    """Whether FlexAttention can compile and run on ``device`` (a device or its type)."""
-    device_type = torch.device(device).type
-    return _compiler_missing(device_type) is None and device_type not in _failed
+    """Whether FlexAttention can compile and run on ``device`` (a device or its type).
+
+    This says whether the tools are there (PyTorch 2.5+, a C++ compiler on a
+    CPU, Triton on a GPU).  A compile failure of one scheme is remembered for
+    that scheme and that signature only (see :func:`failures`), so it never
+    makes this false.
+    """
+    return _compiler_missing(torch.device(device).type) is None
+
+
+# Compiled graphs one scheme class may hold (dtypes, mask forms, causal or not, a
+# batch or length of 1, which Dynamo specialises); lengths themselves are dynamic.
+RECOMPILE_LIMIT = 16
+
+
+def _compile_options() -> dict:
+    """Per-call ``torch.compile`` options; no global compiler setting is changed.
+
+    ``dynamic=True``: one graph serves every sequence length.  ``fullgraph=True``:
+    if a scheme ever exceeds its recompile limit, Dynamo raises instead of
+    running FlexAttention uncompiled (dense and slow); posenc then falls back
+    to the eager path with a warning.  ``isolate_recompiles`` (PyTorch 2.13+)
+    gives each scheme class its own compile cache and limit, so one scheme's
+    graphs never use up another's.
+    """
+    opts = {"dynamic": None, "fullgraph": True}
+    params = inspect.signature(torch.compile).parameters
+    if "isolate_recompiles" in params and "recompile_limit" in params:
+        opts.update(isolate_recompiles=True, recompile_limit=RECOMPILE_LIMIT)
+    return opts
 
 
 @functools.cache
-def _compiled():
-    """``torch.compile(flex_attention)``, built once for the whole process.
+def _compiled(owner=None):
+    """``torch.compile(flex_attention)`` for one scheme class (``owner``), built once.
 
-    Static shapes: PyTorch 2.13's CPU kernel fails to build (C++ compile
-    error) when the sequence lengths are symbolic and a mask reads a tensor, so
-    each new shape compiles once.  ``auto`` stops taking new shapes after
-    :data:`AUTO_MAX_SHAPES` (Dynamo's recompile limit).
+    Dynamic shapes: on a CPU Inductor generates one C++ kernel with symbolic
+    sequence lengths, on a GPU one set of Triton kernels, so a new length
+    costs no compile (only a guard check); a batch, head count or length of
+    1 gets its own graph, as do new dtypes and mask forms.
     """
-    return torch.compile(_flex_module().flex_attention, dynamic=False)
+    return torch.compile(_flex_module().flex_attention, **_compile_options())
 
 
-# Signatures ``auto`` has compiled; beyond the recompile limit Dynamo would run
-# FlexAttention uncompiled (dense and slow), so ``auto`` takes the eager path instead.
-AUTO_MAX_SHAPES = 8
-_auto_shapes: set = set()
+# (scheme class, signature) -> why compiling failed there: only that scheme and
+# that signature take the eager path afterwards; every other keeps the fused one.
+_failed: dict[tuple, str] = {}
+_warned: set = set()
 
 
-def _auto_shape_ok(q, k) -> bool:
-    key = (tuple(q.shape), tuple(k.shape), q.dtype, q.device.type)
-    if key in _auto_shapes:
-        return True
-    if len(_auto_shapes) >= AUTO_MAX_SHAPES:
-        return False
-    _auto_shapes.add(key)
-    return True
+def failures() -> dict:
+    """What failed to compile so far: ``{(scheme class name, signature): reason}`` (a copy)."""
+    return {(cls.__name__, *sig): why for (cls, *sig), why in _failed.items()}
+
+
+def _signature(q, k, v, ctx) -> tuple:
+    """What a compiled graph depends on besides the lengths (which are dynamic).
+
+    A length of 1 is kept apart (Dynamo specialises sizes 0 and 1).
+    """
+    mask = None if ctx.mask is None else (ctx.mask.dtype, tuple(ctx.mask.shape[:2]))
+    return (
+        q.dtype, str(q.device), q.shape[0], q.shape[1], k.shape[1], q.shape[-1], v.shape[-1],
+        min(q.shape[-2], 2), min(k.shape[-2], 2), ctx.causal, mask,
+    )  # fmt: skip
+
+
+def _warn_once(cls, why: str) -> None:
+    key = (cls, why.split(":")[0])
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(
+            f"posenc.attention(backend='auto'): {cls.__name__} takes the eager path "
+            f"(SDPA with a dense bias) from here on for this signature: {why}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 # --- which schemes FlexAttention expresses ---------------------------------------------------
@@ -197,7 +242,7 @@ def choose(backend: str, scheme, q, k, ctx, *, needs_grad: bool) -> bool:
                 "backend='flex' has no backward on a CPU (PyTorch's FlexAttention computes "
                 "gradients on a GPU only); use backend='eager' or 'auto', or torch.no_grad()"
             )
-        why = _compiler_missing(q.device.type) or _failed.get(q.device.type)
+        why = _compiler_missing(q.device.type)
         if why is not None:
             raise RuntimeError(f"backend='flex' cannot run here: {why}")
         return True
@@ -210,16 +255,47 @@ def choose(backend: str, scheme, q, k, ctx, *, needs_grad: bool) -> bool:
         and cls.fused()
         and q.shape[-2] * k.shape[-2] >= AUTO_MIN_SCORES
         and flex_available(q.device)
-        and _auto_shape_ok(q, k)
     )
 
 
 def run(scheme, q, k, v, ctx, *, explicit: bool):
     """FlexAttention for validated 4-D tensors, ``q`` and ``k`` already rotated.
 
-    Returns ``None`` when compiling fails and ``explicit`` is false (``auto``
-    then takes the eager path and stops trying on this device type).
+    Returns ``None`` when this scheme cannot be compiled for this signature
+    and ``explicit`` is false: ``auto`` then takes the eager path, with a
+    one-time warning saying why, and remembers the failure for this scheme
+    class and signature only.  With ``explicit`` (``backend="flex"``) the
+    failure raises ``RuntimeError`` quoting it.  FlexAttention never runs
+    uncompiled.
     """
+    cls = type(scheme)
+    key = (cls, *_signature(q, k, v, ctx))
+    why = _failed.get(key)
+    if why is None:
+        fn, args, kwargs = _prepare(scheme, q, k, v, ctx)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # compiling failed, or the recompile limit was reached
+            why = f"compiling FlexAttention failed ({type(exc).__name__}: {_first_line(exc)})"
+            _failed[key] = why
+            if explicit:
+                raise RuntimeError(
+                    f"backend='flex' cannot run {cls.__name__} here: {why}; "
+                    f"use backend='auto' or 'eager'"
+                ) from exc
+    if explicit:
+        raise RuntimeError(f"backend='flex' cannot run {cls.__name__} here: {why}")
+    _warn_once(cls, why)
+    return None
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+def _prepare(scheme, q, k, v, ctx):
+    """The compiled function of this scheme class and its arguments."""
     mod = scheme.score_mod(ctx)
     if mod is None and type(scheme).changes_scores():
         raise ValueError(
@@ -231,20 +307,28 @@ def run(scheme, q, k, v, ctx, *, explicit: bool):
     offset = _default_offset(ctx.q_positions, ctx.k_positions, ctx.q_offset)
     score_mod = _score_mod(mod, ctx.q_positions, ctx.k_positions, extra, batch, offset)
     block_mask = _block_mask(keep, ctx.causal, ctx.q_offset, batch, heads, q_len, k_len, q.device)
-    fn = _compiled()
     kwargs = dict(
-        score_mod=score_mod,
-        block_mask=block_mask,
-        scale=ctx.scale,
-        enable_gqa=k.shape[1] != heads,
+        score_mod=score_mod, block_mask=block_mask, scale=ctx.scale, enable_gqa=k.shape[1] != heads
     )
-    if explicit:
-        return fn(q, k, v, **kwargs)
-    try:
-        return fn(q, k, v, **kwargs)
-    except Exception as exc:  # compiling failed: auto stops trying on this device type
-        _failed[q.device.type] = f"compiling FlexAttention failed ({type(exc).__name__}: {exc})"
-        return None
+    return _compiled(type(scheme)), _dynamic_lengths(q, k, v), kwargs
+
+
+def _dynamic_lengths(*tensors):
+    """Views of ``tensors`` whose sequence dimension Dynamo treats as symbolic.
+
+    Only the lengths: a symbolic batch size breaks the CPU kernel when a mask
+    or a position table is indexed by batch (PyTorch 2.13).  Views, so that
+    the caller's tensors carry no compiler marks.
+    """
+    views = []
+    for t in tensors:
+        t = t.view(t.shape)
+        for d in (0, 1, 3):
+            torch._dynamo.mark_static(t, d)
+        if t.shape[2] > 1:
+            torch._dynamo.maybe_mark_dynamic(t, 2)
+        views.append(t)
+    return views
 
 
 def _split_mask(mask, batch, heads, q_len, k_len):
@@ -289,6 +373,9 @@ def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
     qp, kp = qp.expand(batch, -1), kp.expand(batch, -1)
     # which dimensions of the caller's bias are not broadcast (all cells set: traceable)
     eb, eh, eq, ek = (1, 1, 1, 1) if extra is None else (int(s != 1) for s in extra.shape)
+    qp, kp = _bucketed(qp, (1,)), _bucketed(kp, (1,))
+    if extra is not None:
+        extra = _bucketed(extra, (2, 3))
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if mod is not None:
@@ -298,6 +385,30 @@ def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
         return score
 
     return score_mod
+
+
+def _capacity(n: int) -> int:
+    """The length bucket of ``n``: the next power of two, at least one block."""
+    return max(BLOCK, 1 << (n - 1).bit_length())
+
+
+def _bucketed(t, dims):
+    """``t`` padded along ``dims`` (those not broadcast) to their bucket, with static sizes.
+
+    A table the kernel reads by position (per-sample positions, a padding
+    mask, a finite bias) must not have symbolic sizes: PyTorch 2.13's CPU
+    kernel fails to build then.  Padded to a power of two (never read past
+    the real length), a new length recompiles only when it enters a new
+    bucket, so a thousand lengths cost about log2(1000) compiles, not a thousand.
+    """
+    pad = [0, 0] * t.dim()
+    for d in dims:
+        n = t.shape[d]
+        if n > 1:
+            pad[2 * (t.dim() - 1 - d) + 1] = _capacity(n) - n
+    t = torch.nn.functional.pad(t, pad) if any(pad) else t.view(t.shape)
+    torch._dynamo.mark_static(t)
+    return t
 
 
 _causal_cache: dict = {}
@@ -375,6 +486,8 @@ def _blocks(keep, qb, kb, *, fill, op):
 def _mask_mod(keep, causal, q_offset, device):
     offset = torch.tensor(q_offset, device=device)
     kb, kh, kq, kk = (1, 1, 1, 1) if keep is None else (int(s != 1) for s in keep.shape)
+    if keep is not None:
+        keep = _bucketed(keep, (2, 3))
 
     def mask_mod(b, h, q_idx, kv_idx):
         # q_offset as a tensor: a new offset (chunked prefill) needs no recompile
