@@ -33,6 +33,7 @@ import posenc
 
 from .._checks import check_choice, check_int
 from .model import SCHEMES, TinyDecoder, check_scheme
+from .stats import t_interval
 from .tasks import LanguageTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
 
@@ -599,8 +600,6 @@ def summarize(rows: list[dict]) -> list[dict]:
     """Rows averaged over seeds: each float field ``x`` becomes ``x`` (mean),
     ``x_lo`` and ``x_hi`` (a 95% t-interval over seeds, equal to the mean for one seed),
     plus ``seeds`` (how many)."""
-    from .propositions import t_interval
-
     groups: dict = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
