@@ -1,4 +1,4 @@
-"""RoPE context-extension scalings: PI, NTK, dynamic NTK, YaRN, Llama 3.1, LongRoPE.
+"""RoPE frequency rules: PI, NTK, dynamic NTK, YaRN, Llama 3.1, LongRoPE, proportional.
 
 A RoPE model trained on ``original_max_positions`` tokens has only ever seen
 angles ``p * omega_i`` with ``p < original_max_positions``.  Each scaling here
@@ -19,14 +19,22 @@ different way:
                    wavelength is long, keep those that complete many turns
                    within the original context, ramp linearly in between;
                    plus an attention temperature ``0.1 ln(factor) + 1``
-``llama3``         Llama 3.1 (Grattafiori et al., 2024): keep wavelengths below
+``llama3``         Llama 3.1, as Meta's reference ``apply_scaling`` defines it
+                   (``meta2024llamamodels``): keep wavelengths below
                    ``original / high_freq_factor``, divide those above
-                   ``original / low_freq_factor`` by ``factor``, and blend
-                   smoothly in between
+                   ``original / low_freq_factor`` by ``factor``, and in
+                   between interpolate the frequency linearly from
+                   ``omega_i / factor`` to ``omega_i`` in the weight
+                   ``original / lambda_i`` (continuous at both band edges)
 ``longrope``       LongRoPE (Ding et al., 2024), as in Phi-3: one searched
                    divisor per frequency, ``short_factor`` up to the training
                    length and ``long_factor`` past it, plus an attention
                    factor ``sqrt(1 + ln(factor) / ln(original_max_positions))``
+``proportional``   Gemma 4's partial rotation (transformers' ``proportional``):
+                   the first ``int(rotated_fraction * dim // 2)`` pairs keep
+                   ``base**(-2i/dim)`` with the exponent over the *whole*
+                   ``dim``, every other pair gets frequency 0 (cos 1, sin 0:
+                   not rotated); all divided by ``factor`` (default 1)
 =================  ==========================================================
 
 Each kind is one entry of :data:`ROPE_SCALINGS` (as transformers'
@@ -69,7 +77,7 @@ class RopeScaling:
     """A RoPE frequency scaling, validated when it is built.
 
     Build one with :meth:`linear`, :meth:`ntk`, :meth:`dynamic_ntk`,
-    :meth:`yarn`, :meth:`llama3`, :meth:`longrope` or
+    :meth:`yarn`, :meth:`llama3`, :meth:`longrope`, :meth:`proportional` or
     :meth:`from_transformers` (defined in :mod:`posenc.hf`), then pass it as ``scaling=`` to
     :func:`posenc.apply_rope`, :func:`posenc.rope_frequencies`,
     :func:`posenc.rope_cos_sin` or :class:`posenc.RotaryEmbedding`.  The
@@ -81,7 +89,7 @@ class RopeScaling:
     ----------
     kind
         One of ``"linear"``, ``"ntk"``, ``"dynamic_ntk"``, ``"yarn"``,
-        ``"llama3"``, ``"longrope"``.
+        ``"llama3"``, ``"longrope"``, ``"proportional"``.
     factor
         Context-extension factor ``s >= 1`` (for ``longrope`` it only sets the
         default attention factor; Phi-3 uses ``max / original`` positions).
@@ -96,6 +104,9 @@ class RopeScaling:
     short_factor, long_factor
         LongRoPE's per-frequency divisors, tuples of ``dim // 2`` positive
         floats.
+    rotated_fraction
+        ``proportional``'s share of the features that rotate, in ``[0, 1]``
+        (default 1: plain RoPE divided by ``factor``).
     attention_factor
         Multiplier applied to rotated queries *and* keys by
         :func:`posenc.apply_rope` (so scores scale by its square).  Only YaRN
@@ -114,6 +125,7 @@ class RopeScaling:
     truncate: bool | None = None
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    rotated_fraction: float | None = None
     attention_factor: float | None = None
 
     def __post_init__(self):
@@ -254,12 +266,17 @@ class RopeScaling:
         low_freq_factor: float = 1.0,
         high_freq_factor: float = 4.0,
     ) -> RopeScaling:
-        """Llama 3.1 (Grattafiori et al., 2024), by wavelength ``lambda_i = 2 pi / omega_i``.
+        """Llama 3.1, by wavelength ``lambda_i = 2 pi / omega_i``.
+
+        The rule is Meta's reference ``apply_scaling`` (``meta2024llamamodels``),
+        which transformers copies:
 
         * ``lambda_i < original / high_freq_factor``: unchanged;
         * ``lambda_i > original / low_freq_factor``: divided by ``factor``;
         * in between: ``(1 - a) omega_i / factor + a omega_i`` with
-          ``a = (original / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``.
+          ``a = (original / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
+          linear interpolation between ``omega_i / factor`` and ``omega_i``
+          in a weight ``a`` that is linear in ``1 / lambda_i``.
         """
         return cls(
             "llama3",
@@ -297,6 +314,20 @@ class RopeScaling:
             long_factor=long_factor,
             attention_factor=attention_factor,
         )
+
+    @classmethod
+    def proportional(cls, rotated_fraction: float, factor: float = 1.0) -> RopeScaling:
+        """Gemma 4's partial rotation (transformers' ``proportional`` type).
+
+        With ``n = int(rotated_fraction * dim // 2)``, pair ``i < n`` has
+        frequency ``base**(-2i/dim) / factor`` (the exponent divides by the
+        whole ``dim``, not by ``2n``) and every pair ``i >= n`` has frequency 0,
+        so it is not rotated.  Unlike ``rotary_dim`` (GPT-NeoX), the unrotated
+        pairs sit inside the rotary layout: in the ``"half"`` layout they are
+        features ``[n, dim/2)`` and ``[dim/2 + n, dim)``.  Use it on the whole
+        head: ``RotaryEmbedding(head_dim, layout="half", scaling=...)``.
+        """
+        return cls("proportional", factor, rotated_fraction=rotated_fraction)
 
     # ------------------------------------------------------------------ behaviour
 
@@ -342,6 +373,8 @@ class RopeScaling:
                 f"long_factor={_brief(self.long_factor)}",
                 *args[::-1],
             ]
+        if self.kind == "proportional":
+            args = [f"rotated_fraction={self.rotated_fraction}", *args]
         if ROPE_SCALINGS[self.kind].attention is not None:
             args.append(f"attention_factor={self.attention_factor}")
         return f"RopeScaling.{self.kind}({', '.join(args)})"
@@ -430,6 +463,14 @@ def _longrope(sc, dim, base, seq_len, device):
     return omega / torch.where(torch.as_tensor(beyond, device=device), long, short)
 
 
+def _proportional(sc, dim, base, seq_len, device):
+    # transformers: rope_angles = int(partial_rotary_factor * head_dim // 2), exponent over head_dim
+    rotated = int(sc.rotated_fraction * dim // 2)
+    omega = sinusoidal_inv_freq(dim, base=base, device=device)
+    keep = torch.arange(dim // 2, device=device) < rotated
+    return torch.where(keep, omega, torch.zeros_like(omega)) / sc.factor
+
+
 def _check_yarn(sc, put):
     fast = check_float("beta_fast", _default(sc.beta_fast, 32.0), positive=True)
     slow = check_float("beta_slow", _default(sc.beta_slow, 1.0), positive=True)
@@ -462,6 +503,13 @@ def _check_longrope(sc, put):
         )
     put("short_factor", short)
     put("long_factor", long)
+
+
+def _check_proportional(sc, put):
+    fraction = check_float("rotated_fraction", _default(sc.rotated_fraction, 1.0))
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"rotated_fraction must be in [0, 1], got {fraction}")
+    put("rotated_fraction", fraction)
 
 
 def _longrope_attention(sc) -> float:
@@ -531,6 +579,7 @@ ROPE_SCALINGS: dict[str, ScalingKind] = {
         needs_original=True,
         depends_on_length=True,
     ),  # fmt: skip
+    "proportional": ScalingKind(_proportional, ("rotated_fraction",), _check_proportional),
 }
 
 

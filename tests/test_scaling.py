@@ -918,6 +918,53 @@ def test_every_kind_is_one_registry_entry():
         "yarn",
         "llama3",
         "longrope",
+        "proportional",
     )
     with pytest.raises(ValueError, match="kind must be one of 'linear', 'ntk'"):
         RopeScaling("xpos", 2.0)
+
+
+# ------------------------------------------------------------------ proportional (Gemma 4)
+
+# transformers 5.23.0, ROPE_INIT_FUNCTIONS["proportional"](Gemma4TextConfig(head_dim=16,
+# global_head_dim=32, layer_types=["sliding_attention", "full_attention"], rope_parameters=
+# {"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.3, "factor": 2.0,
+# "rope_theta": 1e6}, ...}), "cpu", layer_type="full_attention"): 0.3 * 32 // 2 = 4 rotated pairs
+# (floor of 4.8), exponent over the global head dim 32.  Attention factor 1.0.
+HF_GEMMA4_PROPORTIONAL = _floats(
+    "0.5 0.210848257 0.0889139697 0.0374947079 0 0 0 0 0 0 0 0 0 0 0 0"
+)
+
+
+def test_proportional_matches_transformers_gemma4():
+    scaling = RopeScaling.proportional(0.3, 2.0)
+    assert scaling.attention_factor == 1.0
+    got = as_list(posenc.rope_frequencies(32, base=1e6, scaling=scaling))
+    assert got[4:] == [0.0] * 12  # exactly zero: those pairs never turn
+    close(got[:4], HF_GEMMA4_PROPORTIONAL[:4], HF_RTOL)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.3, 0.5, 0.99, 1.0])
+@pytest.mark.parametrize("dim", [8, 32, 34])
+def test_proportional_keeps_the_full_dim_ladder(fraction, dim):
+    # float64 loop of the rule: pair i < floor(fraction * dim / 2) keeps base**(-2i/dim)/factor
+    factor, base = 4.0, 10000.0
+    rotated = math.floor(fraction * dim / 2)
+    want = [base ** (-2 * i / dim) / factor if i < rotated else 0.0 for i in range(dim // 2)]
+    got = as_list(
+        posenc.rope_frequencies(dim, base=base, scaling=RopeScaling.proportional(fraction, factor))
+    )
+    assert [g == 0.0 for g in got] == [w == 0.0 for w in want]
+    close([g for g in got if g], [w for w in want if w])
+    # not GPT-NeoX's partial rotary, whose ladder spans only the rotated features
+    if 0 < rotated < dim // 2 and rotated > 1:
+        neox = as_list(posenc.rope_frequencies(2 * rotated, base=base))
+        assert abs(got[1] * factor - neox[1]) > 1e-3 * neox[1]
+
+
+def test_proportional_refuses_a_fraction_outside_0_1():
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"rotated_fraction must be in \[0, 1\]"):
+            RopeScaling.proportional(bad)
+    with pytest.raises(ValueError, match="rotated_fraction applies only to kind 'proportional'"):
+        RopeScaling("yarn", 2.0, 64, rotated_fraction=0.5)
