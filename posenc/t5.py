@@ -24,7 +24,16 @@ import math
 import torch
 from torch import nn
 
-from ._checks import as_positions, check_heads, check_int, check_offset, check_tensor
+from ._checks import (
+    MAX_DISTANCE,
+    as_positions,
+    beyond_limit,
+    check_heads,
+    check_int,
+    check_offset,
+    check_tensor,
+)
+from ._runtime import has_values, symbolic, tracing
 from .context import as_context
 from .scheme import PositionalScheme
 
@@ -48,6 +57,11 @@ def _check_bucket_args(bidirectional, num_buckets, max_distance):
     per_direction = num_buckets // 2 if bidirectional else num_buckets
     max_exact = per_direction // 2
     max_distance = check_int("max_distance", max_distance, minimum=1)
+    if max_distance > MAX_DISTANCE:
+        raise ValueError(
+            f"max_distance must be <= 2**32 = {MAX_DISTANCE} (positions lie within 2**31 of 0, "
+            f"so no two are farther apart), got {max_distance}"
+        )
     if max_distance <= max_exact:
         raise ValueError(
             f"max_distance must exceed the exact range ({max_exact} distances per direction "
@@ -77,7 +91,9 @@ def t5_relative_bucket(
     Parameters
     ----------
     relative_position
-        Integer tensor (any shape) or sequence of ints: ``key - query``.
+        Integer tensor (any shape) or sequence of ints: ``key - query``; every
+        int64 value gets its exact bucket (distances past ``max_distance``
+        share the last one).
     bidirectional
         Split the buckets by direction (encoder) or describe only the past
         (decoder); see the module docstring for the sign convention.
@@ -92,7 +108,10 @@ def t5_relative_bucket(
     ``int64`` tensor of the same shape and device, values in ``[0, num_buckets)``.
     """
     num_buckets, max_distance = _check_bucket_args(bidirectional, num_buckets, max_distance)
-    rel = as_positions("relative_position", relative_position)
+    rel = as_positions("relative_position", relative_position, limit=None)
+    # Every distance >= max_distance (<= MAX_DISTANCE) shares the last bucket, so the
+    # clamp changes no bucket; it keeps abs() and negation of int64 extremes from wrapping.
+    rel = rel.clamp(-MAX_DISTANCE, MAX_DISTANCE)
     per_direction = num_buckets
     offset = torch.zeros_like(rel)
     if bidirectional:
@@ -101,12 +120,37 @@ def t5_relative_bucket(
         distance = rel.abs()
     else:
         distance = (-rel).clamp(min=0)
+    return offset + _direction_bucket(distance, per_direction, max_distance)
+
+
+def _direction_bucket(distance, per_direction, max_distance):
+    """The bucket within one direction of int64 ``distance >= 0``: T5's float64 formula."""
     max_exact = per_direction // 2
     # clamp(min=1) only keeps log() finite on entries that take the exact branch anyway.
     ratio = distance.clamp(min=1).to(torch.float64) / max_exact
     spread = torch.log(ratio) / math.log(max_distance / max_exact) * (per_direction - max_exact)
     log_bucket = (max_exact + spread.floor().long()).clamp(max=per_direction - 1)
-    return offset + torch.where(distance < max_exact, distance, log_bucket)
+    return torch.where(distance < max_exact, distance, log_bucket)
+
+
+def _log_boundaries(per_direction, max_distance, device):
+    """The least distance of each logarithmic bucket ``E+1 .. B-1`` within a direction.
+
+    Bisection on :func:`_direction_bucket` itself, evaluated on ``device``, so
+    that ``min(n, E) + #{b: n >= boundary_b}`` equals it at every distance
+    ``n`` (the formula is non-decreasing in ``n``; a skipped bucket shares its
+    boundary with the next).  ``(B - E - 1,)`` int64: its size does not depend
+    on ``max_distance``.
+    """
+    max_exact = per_direction // 2
+    want = torch.arange(max_exact + 1, per_direction, device=device)
+    lo = torch.full_like(want, max_exact)  # bucket(lo) = E < want
+    hi = torch.full_like(want, max_distance)  # bucket(hi) = B - 1 >= want
+    for _ in range((max_distance - max_exact).bit_length()):
+        mid = (lo + hi) // 2
+        up = _direction_bucket(mid, per_direction, max_distance) >= want
+        lo, hi = torch.where(up, lo, mid), torch.where(up, mid, hi)
+    return hi
 
 
 class T5RelativeBias(PositionalScheme):
@@ -156,6 +200,7 @@ class T5RelativeBias(PositionalScheme):
             bidirectional, num_buckets, max_distance
         )
         self.bidirectional = bidirectional
+        self._boundaries = {}  # (device, B, max_distance) -> _log_boundaries, computed once
         self.weight = nn.Parameter(torch.empty(self.num_buckets, self.num_heads))
         nn.init.normal_(self.weight, std=init_std)
 
@@ -163,10 +208,14 @@ class T5RelativeBias(PositionalScheme):
         """Bucket table ``(q_len, k_len)`` for integer query and key positions.
 
         Positions ``(q_len,)`` and ``(k_len,)``; per-sample positions ``(batch,
-        q_len)`` and ``(batch, k_len)`` give ``(batch, q_len, k_len)``.
+        q_len)`` and ``(batch, k_len)`` give ``(batch, q_len, k_len)``.  Every
+        position must lie strictly within ``2**31`` of 0 (``ValueError``).
         """
         q_positions = as_positions("q_positions", q_positions, device=self.weight.device)
         k_positions = as_positions("k_positions", k_positions, device=self.weight.device)
+        return self._buckets(q_positions, k_positions)
+
+    def _buckets(self, q_positions, k_positions):
         return t5_relative_bucket(
             k_positions[..., None, :] - q_positions[..., :, None],
             bidirectional=self.bidirectional,
@@ -217,8 +266,15 @@ class T5RelativeBias(PositionalScheme):
 
         Per-sample positions ``(batch, len)`` give ``(batch, num_heads, q_len, k_len)``.
         """
+        q_positions = as_positions("q_positions", q_positions, device=self.weight.device)
+        k_positions = as_positions("k_positions", k_positions, device=self.weight.device)
         # Embedding lookup gives (..., q_len, k_len, heads); heads move before (q_len, k_len).
-        return self.weight[self.buckets(q_positions, k_positions)].movedim(-1, -3)
+        bias = self.weight[self._buckets(q_positions, k_positions)].movedim(-1, -3)
+        if has_values(q_positions) and has_values(k_positions):
+            return bias  # as_positions has checked the values
+        # traced: positions could not be checked; NaN where one is out of range
+        bad = beyond_limit(q_positions)[..., :, None] | beyond_limit(k_positions)[..., None, :]
+        return bias.masked_fill(bad.unsqueeze(-3), float("nan"))
 
     def bias(self, q, k, ctx, *legacy):
         """The dense bias at the context's positions, ``(num_heads, q_len, k_len)``.
@@ -231,22 +287,37 @@ class T5RelativeBias(PositionalScheme):
         return self.bias_from_positions(ctx.q_positions, ctx.k_positions)
 
     def score_mod(self, ctx):
-        """``score + table[h, clamp(k_pos - q_pos, -M, M) + M]``, ``M = max_distance``.
+        """``score + weight[bucket(k_pos - q_pos), h]``, the bucket found score by score.
 
-        ``table`` ``(num_heads, 2M + 1)`` holds the bias of every relative
-        position up to ``M`` (beyond, the bucket is constant), looked up in
-        float64 buckets beforehand.
+        Within a direction the bucket of distance ``n`` is ``min(n, E) +
+        #{b: n >= boundary_b}`` over the boundaries of the logarithmic buckets
+        (:func:`_log_boundaries`, found once by bisection on the float64
+        formula): exactly :func:`t5_relative_bucket`, with ``O(num_buckets)``
+        memory whatever ``max_distance``.
         """
-        m = self.max_distance
-        rel = torch.arange(-m, m + 1, device=self.weight.device)
-        table = self.weight[self.buckets(torch.zeros(1, dtype=torch.long), rel)[0]].t()
+        per_direction = self.num_buckets // 2 if self.bidirectional else self.num_buckets
+        key = (ctx.device, per_direction, self.max_distance)
+        bounds = self._boundaries.get(key)
+        if bounds is None:  # on ctx.device: the same float64 log as t5_relative_bucket there
+            bounds = _log_boundaries(per_direction, self.max_distance, ctx.device)
+            if not tracing() and not symbolic(bounds):  # never keep a traced or fake tensor
+                self._boundaries[key] = bounds
         work = torch.promote_types(ctx.dtype, torch.float32)
-        table = table.to(device=ctx.device, dtype=work)
-        # bounds as tensors: a Python int captured here would be traced as a symbol
-        lo, hi = torch.tensor([-m, m], device=ctx.device)
+        table = self.weight.t().to(device=ctx.device, dtype=work)  # (num_heads, num_buckets)
+        # constants as tensors: a Python int captured here would be traced as a symbol
+        exact, per = torch.tensor([per_direction // 2, per_direction], device=ctx.device)
+        bidirectional = self.bidirectional
 
         def mod(score, b, h, q_pos, k_pos):
-            return score + table[h, torch.clamp(k_pos - q_pos, lo, hi) - lo]
+            rel = k_pos - q_pos
+            if bidirectional:
+                n, base = rel.abs(), torch.where(rel > 0, per, 0)
+            else:
+                n, base = (-rel).clamp(min=0), 0
+            bucket = torch.minimum(n, exact) + base
+            for i in range(bounds.shape[0]):  # unrolled: elementwise ops only
+                bucket = bucket + (n >= bounds[i]).long()
+            return score + table[h, bucket]
 
         return mod
 

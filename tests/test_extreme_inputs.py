@@ -18,6 +18,9 @@ import pytest
 import torch
 
 import posenc
+from posenc import flex
+from posenc.scheme import score_mod_bias
+from posenc.t5 import _log_boundaries
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
 LIMIT = r"must lie strictly within 2\*\*31 = 2147483648 of 0"
@@ -206,3 +209,98 @@ def test_traced_sinusoidal_lookup_is_exact_and_poisons_refused_positions():
     got = fn(torch.tensor([3, -1, 2**31, 7]))
     assert got[[1, 2]].isnan().all()
     assert (got[[0, 3]] - posenc.sinusoidal_table(8, 8)[[3, 7]]).abs().max() <= 2.5e-7
+
+
+# ------------------------------------------------ T5: any position, any max_distance
+
+
+@pytest.mark.parametrize("p", OUT_OF_RANGE)
+def test_t5_positions_beyond_two_to_the_31_are_refused(p):
+    t5 = posenc.T5RelativeBias(4)
+    with pytest.raises(ValueError, match="k_positions " + LIMIT):
+        t5.buckets(torch.tensor([0]), torch.tensor([0, p]))  # overflowed silently before
+    with pytest.raises(ValueError, match="q_positions " + LIMIT):
+        t5.bias_from_positions(torch.tensor([p]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="q_offset must keep every query position"):
+        t5.table(2, q_offset=p)
+
+
+def test_t5_buckets_are_exact_at_every_int64_relative_position():
+    # no error here: key - query at the int64 extremes lies past any max_distance
+    rel = torch.tensor([INT64_MIN, INT64_MIN + 1, -(2**32), 2**32, INT64_MAX])
+    got = posenc.t5_relative_bucket(rel, num_buckets=32, max_distance=128)
+    assert got.tolist() == [15, 15, 15, 31, 31]
+    got = posenc.t5_relative_bucket(rel, bidirectional=False, num_buckets=32, max_distance=128)
+    assert got.tolist() == [31, 31, 31, 0, 0]
+    with pytest.raises(ValueError, match=r"relative_position must lie strictly within 2\*\*63"):
+        posenc.t5_relative_bucket([2**63])
+    with pytest.raises(ValueError, match=r"max_distance must be <= 2\*\*32"):
+        posenc.T5RelativeBias(4, max_distance=2**32 + 1)
+
+
+def test_traced_t5_positions_out_of_range_give_nan():
+    t5 = posenc.T5RelativeBias(2)
+    fn = torch.compile(t5.bias_from_positions, backend="eager", fullgraph=True)
+    bias = fn(torch.tensor([0, 2**31]), torch.tensor([0, 1, 2]))
+    assert bias[:, 1].isnan().all() and not bias[:, 0].isnan().any()
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("max_distance", [10**7, 2**32])
+def test_t5_score_mod_memory_does_not_depend_on_max_distance(max_distance, bidirectional):
+    # the old fused path held a (num_heads, 2 max_distance + 1) table: 1.4 GiB at 10**7
+    t5 = posenc.T5RelativeBias(8, bidirectional=bidirectional, max_distance=max_distance)
+    q = torch.randn(1, 8, 128, 16)
+    ctx = posenc.CallContext.of(q, q, q_offset=3_000_000 - 128)
+    assert peak_mib(lambda: t5.score_mod(ctx)) <= BOUND_MIB
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(
+    ("num_buckets", "max_distance"),
+    [(32, 128), (8, 12), (6, 7), (10, 30), (32, 10**7), (64, 2**32)],
+)
+def test_t5_score_mod_equals_the_buckets_at_every_boundary(
+    num_buckets, max_distance, bidirectional
+):
+    t5 = posenc.T5RelativeBias(
+        3, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    with torch.no_grad():
+        t5.weight.copy_(torch.arange(t5.weight.numel(), dtype=torch.float32).view_as(t5.weight))
+    per = num_buckets // 2 if bidirectional else num_buckets
+    bounds = _log_boundaries(per, max_distance, torch.device("cpu"))
+    near = torch.cat([bounds - 1, bounds, bounds + 1]).clamp(max=2**31 - 1)
+    rel = torch.cat([near, -near, torch.arange(-40, 41), torch.tensor([2**31 - 1, 1 - 2**31])])
+    # key positions at the distances above from a query at 0, and a query in the middle
+    for q0 in (0, 12345):
+        k_pos = (rel + q0).clamp(1 - 2**31, 2**31 - 1)
+        q_pos = torch.tensor([q0])
+        q, k = torch.randn(1, 3, 1, 4), torch.randn(1, 3, k_pos.numel(), 4)
+        ctx = posenc.CallContext.of(q, k, q_positions=q_pos, k_positions=k_pos)
+        fused = score_mod_bias(t5.score_mod(ctx), ctx)[0]
+        want = t5.weight[posenc.t5_relative_bucket(
+            k_pos - q0, bidirectional=bidirectional, num_buckets=num_buckets,
+            max_distance=max_distance,
+        )].t()[:, None, :]  # fmt: skip
+        assert torch.equal(fused, want)
+
+
+@pytest.mark.skipif(not flex.flex_available("cpu"), reason="FlexAttention cannot be compiled here")
+def test_t5_fused_attention_memory_does_not_depend_on_max_distance():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 128, 16) for _ in range(3))
+    small = posenc.T5RelativeBias(4, num_buckets=32, max_distance=128)
+    large = posenc.T5RelativeBias(4, num_buckets=32, max_distance=10**7)
+    with torch.no_grad():
+        large.weight.copy_(torch.randn_like(large.weight))
+        small.weight.copy_(large.weight)
+    kw = {"causal": True, "q_positions": torch.arange(128) + 10**6, "backend": "flex"}
+    kw["k_positions"] = kw["q_positions"]
+    with torch.no_grad():  # FlexAttention has no backward on a CPU
+        posenc.attention(q, k, v, encoding=small, **kw)  # compile once: the kernel is shared
+        out = {}
+        call = lambda: out.setdefault("o", posenc.attention(q, k, v, encoding=large, **kw))  # noqa: E731
+        assert peak_mib(call) <= BOUND_MIB
+    eager = posenc.attention(q, k, v, encoding=large, **{**kw, "backend": "eager"})
+    torch.testing.assert_close(out["o"], eager, rtol=1e-5, atol=1e-5)
