@@ -13,6 +13,10 @@ requested, not time), as in ``benchmarks/bench_kv_cache.py``.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import mpmath
 import pytest
 import torch
@@ -304,3 +308,47 @@ def test_t5_fused_attention_memory_does_not_depend_on_max_distance():
         assert peak_mib(call) <= BOUND_MIB
     eager = posenc.attention(q, k, v, encoding=large, **{**kw, "backend": "eager"})
     torch.testing.assert_close(out["o"], eager, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- global compiler settings
+
+SNAPSHOT = """
+import json, torch, torch._dynamo, torch._inductor.config
+def snap():
+    out = {}
+    for name, mod in (("dynamo", torch._dynamo.config), ("inductor", torch._inductor.config)):
+        for key, value in mod.get_config_copy().items():
+            if not key.startswith("_"):
+                out[f"{name}.{key}"] = repr(value)
+    return out
+before = snap()
+import posenc
+after_import = snap()
+torch.manual_seed(0)
+q, k, v = (torch.randn(1, 4, 64, 16) for _ in range(3))
+if posenc.flex.flex_available("cpu"):
+    posenc.attention(q, k, v, encoding=posenc.ALiBi(4), causal=True, backend="flex")
+    posenc.attention(q, k, v, encoding=posenc.T5RelativeBias(4), causal=True, backend="auto")
+rope = posenc.RotaryEmbedding(16, compiled=True)
+rope.rotate(q, k, torch.arange(64), torch.arange(64))
+posenc.attention(q, k, v, encoding=rope, causal=True)
+after_run = snap()
+torch._dynamo.config.cache_size_limit += 1  # the snapshot must see a change
+assert snap() != after_run
+torch._dynamo.config.cache_size_limit -= 1
+def diff(after):
+    return {k: (before[k], after.get(k)) for k in before if before[k] != after.get(k)}
+new = sorted(set(after_run) - set(before))
+print(json.dumps({"import": diff(after_import), "run": diff(after_run), "new": new}))
+"""
+
+
+def test_posenc_changes_no_global_compiler_setting():
+    # a fresh interpreter: snapshot torch._dynamo.config and torch._inductor.config, import
+    # posenc, run the flex and compiled-RoPE paths, snapshot again
+    done = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT], capture_output=True, text=True, timeout=900, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    changed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert changed == {"import": {}, "run": {}, "new": []}
