@@ -34,9 +34,13 @@ A measurement script, not a test.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
+import platform
 import statistics
 import time
+from datetime import datetime, timezone
 
 import torch
 import torch.nn.functional as F
@@ -350,6 +354,155 @@ def _torchtune_rope(dim, seq):
     return RotaryPositionalEmbeddings(dim, max_seq_len=seq).to(DEVICE)
 
 
+# --- many shapes (issue 21): a new prompt length every call ------------------------------------
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine() -> dict:
+    """What the numbers were measured on: CPU model, cores, torch, threads, load average."""
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "device": torch.cuda.get_device_name() if CUDA else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
+    """ALiBi (1, 8, n, 64) causal float32 at 20 lengths: per-call time and memory against SDPA.
+
+    Each length arrives once, as a server sees a new prompt length: its first
+    call (which compiles, or not), then ``repeats`` calls of each candidate
+    interleaved.  After every length has been seen, a second pass measures
+    the fused path's steady state at each length; the "arrival / steady"
+    ratio shows whether a late length is slower than it would be on a warm
+    path (the recompile cliff of issue 21).  Then decoding steps (one query)
+    at five cache lengths on ``backend="flex"``.
+    """
+    alibi = posenc.ALiBi(8)
+    g = torch.Generator().manual_seed(0)
+    start = machine()
+    load = start["load_average_1_5_15"]
+    print(f"\nmany shapes: ALiBi (1, 8, n, 64) causal float32 on {DEVICE}, "
+          f"{len(lengths)} lengths, {repeats} repeats; load {load}")  # fmt: skip
+    inputs = {n: [torch.randn(1, 8, n, 64, generator=g).to(DEVICE) for _ in range(3)]
+              for n in lengths}  # fmt: skip
+
+    def fns(n):
+        q, k, v = inputs[n]
+        return {
+            "flex": lambda: posenc.attention(q, k, v, encoding=alibi, causal=True, backend="flex"),
+            "auto": lambda: posenc.attention(q, k, v, encoding=alibi, causal=True),
+            "sdpa_dense_bias": lambda: posenc.attention(
+                q, k, v, encoding=alibi, causal=True, backend="eager"
+            ),
+        }
+
+    rows = []
+    print(f"  {'n':>5s} {'1st flex s':>10s} {'flex ms':>8s} {'auto ms':>8s} {'SDPA+bias ms':>12s} "
+          f"{'flex/SDPA':>9s} {'flex MiB':>8s} {'SDPA MiB':>8s}")  # fmt: skip
+    with torch.no_grad():
+        for n in lengths:
+            f = fns(n)
+            t0 = time.perf_counter()
+            f["flex"]()
+            sync()
+            first = time.perf_counter() - t0
+            f["auto"]()  # auto's first call at this length (compiled already, or not)
+            f["sdpa_dense_bias"]()
+            times = {name: [] for name in f}
+            for _ in range(repeats):
+                for name, fn in f.items():
+                    sync()
+                    t0 = time.perf_counter()
+                    fn()
+                    sync()
+                    times[name].append(time.perf_counter() - t0)
+            med = {name: statistics.median(ts) for name, ts in times.items()}
+            out_bytes = 8 * n * 64 * 4
+            mem = {name: memory(f[name], out_bytes)[0] for name in ("flex", "sdpa_dense_bias")}
+            row = {"n": n, "first_call_s": first, **{f"{k}_s": t for k, t in med.items()},
+                   **{f"{k}_extra_mib": m for k, m in mem.items()}}  # fmt: skip
+            rows.append(row)
+            dense = med["sdpa_dense_bias"]
+            print(f"  {n:5d} {first:10.2f} {1e3 * med['flex']:8.1f} {1e3 * med['auto']:8.1f} "
+                  f"{1e3 * dense:12.1f} {med['flex'] / dense:9.2f} "
+                  f"{mem['flex']:8.1f} {mem['sdpa_dense_bias']:8.1f}")  # fmt: skip
+        # the fused path's steady state: every length seen, nothing left to compile
+        for row in rows:
+            fn = fns(row["n"])["flex"]
+            ts = []
+            for _ in range(repeats):
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                ts.append(time.perf_counter() - t0)
+            row["flex_steady_s"] = statistics.median(ts)
+        decode = []
+        q1 = torch.randn(1, 8, 1, 64, generator=g).to(DEVICE)
+        for n in lengths[-5:]:
+            _, k, v = inputs[n]
+            t0 = time.perf_counter()
+            posenc.attention(q1, k, v, encoding=alibi, causal=True, backend="flex")
+            sync()
+            decode.append({"k_len": n, "first_call_s": time.perf_counter() - t0})
+    last = rows[len(rows) // 2 :]
+    summary = {
+        "first_compile_s": rows[0]["first_call_s"],
+        "new_length_first_call_s": [r["first_call_s"] for r in rows[1:]],
+        "median_flex_over_sdpa_dense_bias_last_half": statistics.median(
+            r["flex_s"] / r["sdpa_dense_bias_s"] for r in last
+        ),
+        "median_auto_over_sdpa_dense_bias_last_half": statistics.median(
+            r["auto_s"] / r["sdpa_dense_bias_s"] for r in last
+        ),
+        "median_arrival_over_steady_last_half": statistics.median(
+            r["flex_s"] / r["flex_steady_s"] for r in last
+        ),
+        "max_flex_extra_mib": max(r["flex_extra_mib"] for r in rows),
+    }
+    later = summary["new_length_first_call_s"]
+    print(f"  first compile {summary['first_compile_s']:.1f} s; first call at a new length "
+          f"{min(later):.2f}-{max(later):.2f} s (includes the call itself)")  # fmt: skip
+    print(
+        "  decode (one query) on flex, first call at a new cache length: "
+        + ", ".join(f"{d['k_len']}: {d['first_call_s']:.2f} s" for d in decode)
+    )
+    verdict("many shapes, last half: flex / SDPA with a dense bias (median)",
+            summary["median_flex_over_sdpa_dense_bias_last_half"], 2.5)  # fmt: skip
+    verdict("many shapes, last half: auto / SDPA with a dense bias (median)",
+            summary["median_auto_over_sdpa_dense_bias_last_half"], 2.5)  # fmt: skip
+    verdict("many shapes, last half: flex on arrival / flex steady state (median)",
+            summary["median_arrival_over_steady_last_half"], 1.2)  # fmt: skip
+    result = {
+        "benchmark": "bench_fused.py many shapes",
+        "workload": "posenc.attention, ALiBi, (1, 8, n, 64), causal, float32, no grad",
+        "machine": start,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "repeats": repeats,
+        "rows": rows,
+        "decode": decode,
+        "summary": summary,
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, "fused_many_shapes.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"  written to {os.path.relpath(path)}")
+    return result
+
+
 # --- verdicts ----------------------------------------------------------------------------------
 
 
@@ -366,9 +519,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--attention-only", action="store_true", help="skip the RoPE sections")
+    parser.add_argument(
+        "--many-shapes-only", action="store_true", help="only the 20-length run (issue 21)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {DEVICE}")
+    many_shapes_section(max(3, args.repeats // 3), list(range(1000, 3000, 100)))
+    if args.many_shapes_only:
+        return
     att, mem = attention_section(args.repeats)
     if not args.attention_only:
         fp32 = rope_section((1, 32, 4096, 128), torch.float32, args.repeats)

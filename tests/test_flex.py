@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -338,3 +339,117 @@ def test_auto_steps_aside_under_tracing_transforms_and_meta(monkeypatch):
         torch.testing.assert_close(torch.vmap(f)(q, k, v), want)
         meta = f(*(t.to("meta") for t in (q, k, v)))
         assert meta.shape == want.shape
+
+
+# --- many lengths, failures (issue 21); no timing: compiles are counted --------------------------
+
+
+def _graphs():
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+class ManyLengths(posenc.ALiBi):
+    """ALiBi under its own class: its own compiled region, so the count is its own."""
+
+
+def test_twenty_lengths_and_decoding_compile_a_few_graphs():
+    """Prefill at 20 lengths, then decoding steps: a few graphs, never one per length."""
+    scheme = ManyLengths(HEADS)
+    g = torch.Generator().manual_seed(0)
+    before = _graphs()
+    with torch.no_grad():
+        for n in range(40, 40 + 20 * 23, 23):  # 20 lengths, inside and across blocks of 128
+            q, k, v = (torch.randn(1, HEADS, n, DIM, generator=g) for _ in range(3))
+            got = attention(q, k, v, encoding=scheme, causal=True, backend="flex")
+            eager = attention(q, k, v, encoding=scheme, causal=True, backend="eager")
+            torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+        for n in (300, 301, 302, 433):  # one query against a growing cache
+            q = torch.randn(1, HEADS, 1, DIM, generator=g)
+            k, v = (torch.randn(1, HEADS, n, DIM, generator=g) for _ in range(2))
+            got = attention(q, k, v, encoding=scheme, causal=True, backend="flex")
+            eager = attention(q, k, v, encoding=scheme, causal=True, backend="eager")
+            torch.testing.assert_close(got, eager, rtol=0, atol=2e-5)
+    # static first graph, then one with dynamic lengths; decoding (q_len 1) specialises once more
+    assert _graphs() - before <= 4
+
+
+def test_per_sample_positions_at_many_lengths_compile_per_bucket_only():
+    """Position tables and padding masks are padded to power-of-two buckets: few graphs."""
+    scheme = type("BucketedALiBi", (posenc.ALiBi,), {})(HEADS)
+    before = _graphs()
+    with torch.no_grad():
+        for n in range(130, 250, 12):  # 10 lengths, all in the 256 bucket
+            q, k, v = qkv(n, n)
+            keep, pos = left_padded(n)
+            kw = dict(encoding=scheme, causal=True, mask=keep[:, None, None, :], k_positions=pos)
+            got = attention(q, k, v, backend="flex", **kw)
+            torch.testing.assert_close(got, attention(q, k, v, backend="eager", **kw), rtol=0,
+                                       atol=2e-5)  # fmt: skip
+    assert _graphs() - before <= 3
+
+
+class Untraceable(posenc.ALiBi):
+    """A score_mod that torch.compile cannot capture in one graph (a graph break)."""
+
+    def score_mod(self, ctx):
+        inner = super().score_mod(ctx)
+
+        def mod(score, b, h, qp, kp):
+            torch._dynamo.graph_break()
+            return inner(score, b, h, qp, kp)
+
+        return mod
+
+
+def test_a_failure_is_remembered_for_its_scheme_only_and_auto_warns_once(monkeypatch):
+    monkeypatch.setattr(flex, "AUTO_MIN_SCORES", 0)
+    broken, healthy = Untraceable(HEADS), type("HealthyALiBi", (posenc.ALiBi,), {})(HEADS)
+    attends = []
+    attend = broken.attend
+    monkeypatch.setattr(broken, "attend", lambda *a: attends.append(1) or attend(*a))
+    q, k, v = (t[:1, :, :100] for t in qkv())
+    with torch.no_grad():
+        with pytest.warns(RuntimeWarning, match="Untraceable takes the eager path"):
+            got = attention(q, k, v, encoding=broken, causal=True)
+        # the eager path ran (not FlexAttention uncompiled), and gave the eager result
+        assert attends == [1]
+        torch.testing.assert_close(got, attention(q, k, v, encoding=broken, causal=True,
+                                                  backend="eager"), rtol=0, atol=0)  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # once: no second warning
+            attention(q, k, v, encoding=broken, causal=True)
+            # the other scheme keeps its fused path, on the same device and signature
+            out = attention(q, k, v, encoding=healthy, causal=True, backend="flex")
+        torch.testing.assert_close(out, attention(q, k, v, encoding=healthy, causal=True,
+                                                  backend="eager"), rtol=0, atol=2e-5)  # fmt: skip
+        assert flex.flex_available("cpu")
+        with pytest.raises(RuntimeError, match="cannot run Untraceable here: compiling"):
+            attention(q, k, v, encoding=broken, causal=True, backend="flex")
+    assert {name for name, *_ in flex.failures()} == {"Untraceable"}
+
+
+def test_past_the_recompile_limit_auto_warns_and_runs_eager_never_uncompiled(monkeypatch):
+    if "isolate_recompiles" not in flex._compile_options():
+        pytest.skip("this torch has no per-region recompile limit")
+    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(flex, "AUTO_MIN_SCORES", 0)
+    scheme = type("LimitedALiBi", (posenc.ALiBi,), {})(HEADS)
+    attends = []
+    attend = scheme.attend
+    monkeypatch.setattr(scheme, "attend", lambda *a: attends.append(1) or attend(*a))
+    q, k, v = (t[:1, :, :100] for t in qkv())
+    with torch.no_grad():
+        attention(q, k, v, encoding=scheme, causal=True)  # the one graph this region may hold
+        assert attends == []
+        with pytest.warns(RuntimeWarning, match="LimitedALiBi takes the eager path"):
+            got = attention(q, k, v, encoding=scheme, causal=False)  # a second graph: over
+        assert attends == [1]
+        want = attention(q, k, v, encoding=scheme, causal=False, backend="eager")
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        with pytest.raises(RuntimeError, match="cannot run LimitedALiBi here"):
+            attention(q, k, v, encoding=scheme, causal=False, backend="flex")
+        # the graph it holds still runs fused
+        attention(q, k, v, encoding=scheme, causal=True)
+        assert attends == [1, 1]  # (the flex call above raised before attend)
