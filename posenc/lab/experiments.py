@@ -593,24 +593,26 @@ def run_all(
 
 def _group_key(row: dict) -> tuple:
     """The fields that name an observation: every non-float field except ``seed``."""
-    return tuple((k, v) for k, v in row.items() if k != "seed" and not isinstance(v, float))
+    return tuple(
+        (k, v) for k, v in row.items() if k != "seed" and v is not None and not isinstance(v, float)
+    )
 
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Rows averaged over seeds: each float field ``x`` becomes ``x`` (mean),
-    ``x_lo`` and ``x_hi`` (a 95% t-interval over seeds, equal to the mean for one seed),
-    plus ``seeds`` (how many)."""
+    ``x_lo`` and ``x_hi`` (a 95% t-interval over the seeds where it is defined, not
+    ``None``; equal to the mean for one seed), plus ``seeds`` (how many rows)."""
     groups: dict = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
     out = []
     for key, rs in groups.items():
         row = dict(key)
-        for k, v in rs[0].items():
-            if isinstance(v, float):
-                vals = [r[k] for r in rs if r.get(k) is not None]
-                mean, lo, hi = t_interval(vals)
-                row[k], row[f"{k}_lo"], row[f"{k}_hi"] = mean, lo, hi
+        fields = dict.fromkeys(k for r in rs for k, v in r.items() if isinstance(v, float))
+        for k in fields:
+            vals = [r[k] for r in rs if isinstance(r.get(k), float)]  # None: undefined there
+            mean, lo, hi = t_interval(vals)
+            row[k], row[f"{k}_lo"], row[f"{k}_hi"] = mean, lo, hi
         row["seeds"] = len(rs)
         out.append(row)
     return out
