@@ -827,8 +827,13 @@ def test_from_transformers_refuses_what_it_cannot_reproduce():
     read = RopeScaling.from_transformers
     with pytest.raises(TypeError, match="rope_parameters"):
         read([("rope_type", "linear")])
-    with pytest.raises(ValueError, match="'default', 'linear'.*got 'proportional'"):
-        read({"rope_type": "proportional"})
+    # an unknown type: the message lists every known one
+    with pytest.raises(
+        ValueError,
+        match="known types 'default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope', "
+        "'proportional', 'su', got 'xpos'",
+    ):
+        read({"rope_type": "xpos"})
     with pytest.raises(ValueError, match="'mrope'"):
         read({"type": "mrope", "mrope_section": [16, 24, 24]})
     with pytest.raises(ValueError, match="rope_parameters\\['original_max_position_embeddings'\\]"):
