@@ -89,11 +89,14 @@ def alibi_bias(
     With ``causal=False`` the bias is the symmetric ``-m_h * |i - j|`` in
     absolute positions (query ``i`` sits at ``q_offset + i``).
 
-    With ``causal=True`` it is the cheaper form of the paper's code,
-    ``-m_h * (k_len - 1 - j)``, the same for every query: it equals the
-    symmetric bias plus the per-row constant ``-m_h * (k_len - 1 - (q_offset + i))``
-    on every key the query may attend to (``j <= q_offset + i``), and softmax
-    is blind to a per-row constant.  Entries above the causal diagonal are *not*
+    With ``causal=True`` it is ``-m_h * (k_len - 1 - j)``, the same for
+    every query.  The paper's reference code adds ``+m_h * j`` to every row
+    instead; posenc's form is that bias shifted by the per-head constant
+    ``-m_h * (k_len - 1)``, so no entry is positive.  Both equal the
+    symmetric bias plus a per-row constant (here
+    ``-m_h * (k_len - 1 - (q_offset + i))``) on every key the query may
+    attend to (``j <= q_offset + i``), and softmax is blind to a per-row
+    constant.  Entries above the causal diagonal are *not*
     set to ``-inf``: mask them yourself, e.g. ``attention(..., causal=True)``.
     The result is a broadcast view (stride 0 over queries) costing only
     ``O(num_heads * k_len)`` memory; call ``.contiguous()`` before writing to it.

@@ -8,11 +8,14 @@ clipped at ``k = max_distance``), and learn two vectors per label, ``a^K`` and
     e_ij  = (q_i . k_j + q_i . a^K_ij) / sqrt(d)
     z_i   = sum_j alpha_ij (v_j + a^V_ij),     alpha_i = softmax_j(e_ij)
 
-Computing ``a^K_ij`` as a ``(q_len, k_len, d)`` tensor would cost O(n^2 d)
-memory.  Following Sec. 3.3 of the paper we never build it: ``q @ A^K.T`` is a
-``(q_len, 2k+1)`` table, gathered into ``(q_len, k_len)`` by label; for the
-values, ``alpha`` is summed into the ``2k+1`` label bins, then one matmul with
-``A^V``.  The scores themselves are still O(q_len * k_len) per head.
+Sec. 3.3 of the paper builds the relative tensor ``a^K_ij`` of shape
+``(n, n, d)`` once, shared by every head and sequence of a batch, and
+multiplies the queries (reshaped to ``(n, batch * heads, d)``) by it: O(n^2 d)
+memory.  posenc does not build it; this is posenc's own computation, not the
+paper's: ``q @ A^K.T`` is a ``(q_len, 2k+1)`` table, gathered into
+``(q_len, k_len)`` by label; for the values, ``alpha`` is summed into the
+``2k+1`` label bins, then one matmul with ``A^V``.  The scores themselves are
+still O(q_len * k_len) per head.
 """
 
 from __future__ import annotations
