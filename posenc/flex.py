@@ -28,10 +28,34 @@ into its ``-inf`` entries (the block mask) and its finite part (added in the
 score_mod).  A query that sees no key gets the zero vector, as everywhere in
 posenc.
 
-The compiled kernel is built once per input signature and cached by
-``torch.compile`` (module level); block masks of the causal mask alone are
-cached by shape.  Compiling needs a C++ compiler on a CPU and Triton on a GPU;
-:func:`flex_available` says whether the path can run.  Under
+Compiling, per device.  Each scheme class gets its own compiled FlexAttention
+(``torch.compile`` with per-call options only; posenc changes no global
+compiler setting), so one scheme's graphs and failures never touch another's.
+
+* CPU: Inductor writes a C++ kernel and builds it with the system's C++
+  compiler.  Sequence lengths are dynamic (marked on views of q, k and v, so
+  the caller's tensors carry no marks): after a first graph with static
+  sizes, one graph with symbolic lengths serves every later length, so a new
+  length costs a guard check, not a compile.  Tables the kernel reads by
+  position (per-sample positions, a padding mask, a finite bias) cannot have
+  symbolic sizes (PyTorch 2.13's CPU kernel fails to build), so they are
+  padded to power-of-two buckets of at least 128: a new bucket compiles once.
+  A batch, head count or length of 1, a new dtype and a new mask form each
+  get their own graph too.  Measured with ``benchmarks/bench_fused.py`` on a
+  shared 2-core machine (load 8-11): 10-22 s for the first compile in a
+  process, then 0.05-1.2 s for the first call at a new length, about the
+  cost of the call itself (``benchmarks/results/fused_many_shapes.json``).
+* CUDA: Inductor writes Triton kernels, with the same dynamic lengths and
+  buckets (not measured here: no GPU on the benchmark machine).
+
+Compiling needs a C++ compiler on a CPU and Triton on a GPU;
+:func:`flex_available` says whether the tools are there.  Compiled with
+``fullgraph=True``, FlexAttention never runs uncompiled (dense and slow): if a
+scheme's graph fails to compile, or the scheme reaches its own recompile limit
+(:data:`RECOMPILE_LIMIT` graphs), ``backend="auto"`` warns once and takes the
+eager path for that scheme class and signature, and ``backend="flex"`` raises
+``RuntimeError`` quoting that scheme's failure; ``posenc.flex.failures()`` lists them.
+Block masks of the causal mask alone are cached by shape.  Under
 ``torch.compile``/``torch.export`` tracing, functorch transforms and on meta
 tensors ``backend="auto"`` takes the eager path (traceable) and
 ``backend="flex"`` raises.  On a CPU the kernel takes float32, bfloat16 and
