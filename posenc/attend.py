@@ -115,12 +115,15 @@ def attention(
         ``"eager"``: the scheme's own path (its ``attend``: PyTorch's SDPA with
         a dense bias for ALiBi and T5), the reference.  ``"flex"``: compiled
         FlexAttention with the scheme's ``score_mod`` (:mod:`posenc.flex`), no
-        O(q_len * k_len) bias; raises ``ValueError`` for a scheme it cannot
-        express exactly and ``RuntimeError`` where it cannot compile.
+        O(q_len * k_len) bias, with dynamic sequence lengths (a new length
+        costs no compile); raises ``ValueError`` for a scheme it cannot
+        express exactly and ``RuntimeError``, quoting that scheme's failure,
+        where it cannot compile.  It never runs FlexAttention uncompiled.
         ``"auto"`` (default): FlexAttention for schemes with a ``score_mod``
         when ``q_len * k_len >= 2**20``, compiling is available, nothing needs
         gradients and no tracing or transform is active; the eager path
-        otherwise (also if compiling fails).
+        otherwise, and, with a one-time warning saying why, for a scheme and
+        signature whose compile failed.
 
     Returns
     -------
