@@ -558,3 +558,32 @@ def test_mrope_refuses_bad_input():
         apply_mrope(x, MPOSITIONS * 2**31, [2, 3, 3])
     with pytest.raises(ValueError, match="sections\\[1\\] must be a positive int"):
         MultimodalRotaryEmbedding(16, [4, -1, 5])
+
+
+def test_mrope_length_dependent_scaling_sees_the_largest_position():
+    # equal axes past the training length: dynamic NTK and longrope as in 1-D RoPE, which
+    # takes max(positions) + 1 as transformers does
+    pos = torch.tensor([0, 3, 40, 90])
+    x = q_for(4, 16)
+    for scaling in (
+        RopeScaling.dynamic_ntk(2.0, 16),
+        RopeScaling.longrope([1.0, 1.5, 2.0, 2.5] * 2, [5.0, 6.0, 7.0, 8.0] * 2, 16, 4.0),
+    ):
+        got = apply_mrope(x, pos.expand(3, -1), [2, 3, 3], scaling=scaling)
+        want = posenc.apply_rope(x, pos, layout="half", scaling=scaling)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        within = apply_mrope(x[..., :2, :], pos[:2].expand(3, -1), [2, 3, 3], scaling=scaling)
+        assert (within - got[..., :2, :]).abs().max() > 1e-3  # the length changed the frequencies
+
+
+def test_mrope_traces_and_runs_on_meta():
+    rope = MultimodalRotaryEmbedding(
+        16, [2, 3, 3], scaling=RopeScaling.dynamic_ntk(2.0, 16), arrangement="interleaved"
+    )
+    q = torch.randn(2, 3, 6, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    pos = torch.tensor([[[0, 5, 9, 30, 31, 32]], [[0, 5, 8, 1, 2, 40]], [[0, 6, 9, 2, 3, 4]]])
+    want = rope(q, pos)
+    compiled = torch.compile(lambda x, p: rope(x, p), fullgraph=True)
+    torch.testing.assert_close(compiled(q, pos), want, rtol=0, atol=1e-12)
+    out = rope(q.to("meta"), pos.to("meta"))
+    assert out.device.type == "meta" and out.shape == q.shape
