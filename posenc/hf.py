@@ -381,6 +381,9 @@ def rope_from_transformers(
         ``"interleaved"`` (GLM's ``rotate_half_llm``).  transformers fixes it
         in the model code, not in the config, so it is a parameter here; a
         mapping ``{layer_type: layout}`` is accepted for nested dicts.
+    default_theta
+        The base when the dict has no ``rope_theta`` (the config class's
+        ``default_theta``, 10000 for most models).
 
     Returns
     -------
