@@ -22,6 +22,8 @@ module                 what lives there
 ``kv_cache``           a decoding cache for any scheme (``KVCache``)
 ``scaling``            RoPE context-extension scalings (PI, NTK, YaRN, Llama 3.1)
 ``hf``                 RoPE scalings from transformers configs
+``mrope``              multimodal RoPE sections of (t, h, w) positions
+                       (Qwen2-VL, Qwen3-VL, GLM-4V)
 ``convert``            checkpoint conversion between RoPE layouts
 ``multidim``           grid positions: the 2-D (N-D) sin-cos table of ViT/MAE/DETR
                        and axial RoPE for image patches (Heo et al., 2024)
@@ -47,6 +49,7 @@ from .flex import *  # noqa: F403
 from .hf import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .masks import *  # noqa: F403
+from .mrope import *  # noqa: F403
 from .multidim import *  # noqa: F403
 from .registry import *  # noqa: F403
 from .scaling import *  # noqa: F403
