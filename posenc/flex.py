@@ -42,9 +42,9 @@ compiler setting), so one scheme's graphs and failures never touch another's.
   padded to power-of-two buckets of at least 128: a new bucket compiles once.
   A batch, head count or length of 1, a new dtype and a new mask form each
   get their own graph too.  Measured with ``benchmarks/bench_fused.py`` on a
-  shared 2-core machine (load 8-11): 10-22 s for the first compile in a
-  process, then 0.05-1.2 s for the first call at a new length, about the
-  cost of the call itself (``benchmarks/results/fused_many_shapes.json``).
+  shared 2-core machine (load 4.7-12, three runs): 12-16 s for the first
+  compile in a process, then 0.03-1.5 s for the first call at a new length,
+  the call itself included (``benchmarks/results/fused_many_shapes.json``).
 * CUDA: Inductor writes Triton kernels, with the same dynamic lengths and
   buckets (not measured here: no GPU on the benchmark machine).
 
