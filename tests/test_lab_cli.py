@@ -36,6 +36,7 @@ def test_help_lists_every_experiment():
         (["--jobs", "0"], "--jobs must be a positive integer"),
         (["--experiments", "bogus"], "experiments must be names from"),
         (["--check", "/nonexistent-dir"], "directory must hold lab results"),
+        (["--device", "tpu"], "--device must be 'cpu' or 'cuda'"),
     ],
 )
 def test_bad_input_names_the_parameter(args, message):

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
     p.add_argument("--jobs", type=_positive("--jobs"), default=1, help="seeds run in parallel")
     p.add_argument("--threads", type=_positive("--threads"), default=1, help="torch threads")
-    p.add_argument("--device", default="cpu", help="reserved: only cpu is supported")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda where CUDA is present")
     p.add_argument("--out", type=Path, default=Path("lab-results"), help="output directory")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -108,8 +108,8 @@ def main(argv=None) -> int:
         "(1 if a proposition the chapter states as holding does not hold)",
     )
     args = p.parse_args(argv)
-    if args.device != "cpu":
-        p.error(f"--device must be 'cpu' in this version, got {args.device!r}")
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        p.error(f"--device must be 'cpu' or 'cuda' with CUDA present, got {args.device!r}")
     if args.check is not None:
         try:
             results = load_results(args.preset, args.check)
@@ -127,6 +127,7 @@ def main(argv=None) -> int:
         args.experiments,
         seeds=seeds,
         jobs=args.jobs,
+        device=args.device,
         progress=not args.no_progress and args.jobs == 1,
         log=print,
     )

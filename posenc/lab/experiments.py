@@ -162,9 +162,10 @@ def rope_scaling_for(method: str, factor: float, train_len: int):
 class Lab:
     """Trains the models an experiment asks for, once, and remembers them."""
 
-    def __init__(self, config: LabConfig | None = None, *, progress: bool = False):
+    def __init__(self, config: LabConfig | None = None, *, progress: bool = False, device="cpu"):
         self.config = PRESETS["full"] if config is None else config
         self.progress = progress
+        self.device = torch.device(device)  # data is drawn on the CPU, models run here
         self.lm = LanguageTask()
         self.retrieval = RetrievalTask()
         self._models: dict = {}
@@ -188,7 +189,7 @@ class Lab:
                 inject=inject,
                 rope_base=c.rope_base,
                 table_len=c.table_len if scheme == "learned" else None,
-            )
+            ).to(self.device)
             curve = train(
                 model,
                 data,
@@ -288,11 +289,13 @@ def rope_scaling(lab: Lab) -> list[dict]:
         model = copy.deepcopy(base)
         for f in c.eval_factors:  # no fine-tune: the scale follows the length
             model.set_rope_scaling(rope_scaling_for(method, f, c.train_len))
+            model.to(lab.device)
             row(method, False, f if method != "none" else 1, f)
     s = c.finetune_factor
     for method in ROPE_METHODS:
         model = copy.deepcopy(base)
         model.set_rope_scaling(rope_scaling_for(method, s, c.train_len))
+        model.to(lab.device)
         train(
             model,
             lab.lm,
@@ -348,11 +351,12 @@ def early_tokens(lab: Lab) -> list[dict]:
                 length = tokens.shape[1] - 1
                 total = torch.zeros(length, dtype=torch.float64)
                 for start in range(0, len(tokens), 32):  # 32 windows at a time: bounded memory
-                    x, y = tokens[start : start + 32, :-1], tokens[start : start + 32, 1:]
+                    chunk = tokens[start : start + 32].to(lab.device)
+                    x, y = chunk[:, :-1], chunk[:, 1:]
                     ce = torch.nn.functional.cross_entropy(
                         model(x).transpose(1, 2), y, reduction="none"
                     )
-                    total += ce.to(torch.float64).sum(0)
+                    total += ce.to("cpu", torch.float64).sum(0)
                 per_pos = total / len(tokens)
                 for p in range(length):
                     rows.append(
@@ -441,6 +445,7 @@ def passkey(lab: Lab) -> list[dict]:
         for method in ROPE_METHODS[1:]:
             model = copy.deepcopy(lab.model("passkey", "rope")[0])
             model.set_rope_scaling(rope_scaling_for(method, c.passkey_factor, L))
+            model.to(lab.device)
             for band in bands:
                 acc = evaluate_accuracy(
                     model,
@@ -515,11 +520,11 @@ def parse_seeds(text) -> list[int]:
     return seeds
 
 
-def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None):
+def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None, device="cpu"):
     """All ``names`` for one seed: ``(results, meta)``; every row starts with ``seed``."""
     if threads is not None:
         torch.set_num_threads(threads)
-    lab = Lab(config, progress=progress)
+    lab = Lab(config, progress=progress, device=device)
     results, meta = {}, {"seconds": {}, "peak_memory_mb": {}}
     for name in names:
         start = time.perf_counter()
@@ -534,8 +539,8 @@ def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None):
     return results, meta
 
 
-def _run_seed_job(config_dict, names, threads):  # top level: picklable for worker processes
-    return _run_seed(LabConfig.from_dict(config_dict), names, threads=threads)
+def _run_seed_job(config_dict, names, threads, device):  # top level: picklable for workers
+    return _run_seed(LabConfig.from_dict(config_dict), names, threads=threads, device=device)
 
 
 def run_all(
@@ -544,10 +549,14 @@ def run_all(
     *,
     seeds=None,
     jobs: int = 1,
+    device="cpu",
     progress: bool = False,
     log=None,
 ) -> dict:
     """Run ``experiments`` (names from :data:`EXPERIMENTS`; all by default) for every seed.
+
+    ``device``: where the models run (``"cpu"``, or ``"cuda"`` where CUDA is
+    present); the data is drawn on the CPU, so a seed sees the same data anywhere.
 
     ``seeds``: a list of ints or a string like ``"0-4"`` (default: the
     config's ``seed``).  ``jobs > 1`` runs seeds in that many worker processes,
@@ -568,14 +577,17 @@ def run_all(
     jobs = check_int("jobs", jobs, minimum=1)
     configs = [dataclasses.replace(config, seed=s) for s in seeds]
     if jobs == 1 or len(seeds) == 1:
-        outs = [_run_seed(c, names, progress, log) for c in configs]
+        outs = [_run_seed(c, names, progress, log, device=device) for c in configs]
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
 
         threads = max(1, torch.get_num_threads() // jobs)
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_seed_job, c.to_dict(), names, threads) for c in configs]
+            futures = [
+                pool.submit(_run_seed_job, c.to_dict(), names, threads, str(device))
+                for c in configs
+            ]
             outs = []
             for c, f in zip(configs, futures, strict=True):
                 outs.append(f.result())

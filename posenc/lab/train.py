@@ -83,7 +83,7 @@ def train(
     curve, block = [], []
     bar = _bar(steps, desc, progress)
     for _ in range(steps):
-        inputs, targets, weights = task.batch(batch, length, generator)
+        inputs, targets, weights = _on(model, task.batch(batch, length, generator))
         loss = _loss(model(inputs), targets, weights).sum() / weights.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -103,6 +103,13 @@ def train(
         bar.close()
     model.eval()
     return curve
+
+
+def _on(model, tensors):
+    """``tensors`` on the model's device (data is always drawn on the CPU, so a seed
+    gives the same data on every device)."""
+    device = next(model.parameters()).device
+    return tuple(t.to(device) for t in tensors)
 
 
 def _loss(logits, targets, weights):
@@ -149,8 +156,8 @@ def evaluate_loss(
     total = torch.zeros(length, dtype=torch.float64)
     each = []
     for size in _chunks(sequences, max_batch):
-        inputs, targets, weights = task.batch(size, length, generator)
-        ce = _loss(model(inputs), targets, weights).to(torch.float64)
+        inputs, targets, weights = _on(model, task.batch(size, length, generator))
+        ce = _loss(model(inputs), targets, weights).to("cpu", torch.float64)
         total += ce.sum(0)
         each.append(ce.mean(1))
     if per_sequence:
@@ -185,7 +192,7 @@ def evaluate_accuracy(
     hi = lo + task.passkey.values
     correct = 0
     for size in _chunks(sequences, max_batch):
-        inputs, targets, _ = task.batch(size, length, generator, distances)
+        inputs, targets, _ = _on(model, task.batch(size, length, generator, distances))
         guess = model(inputs)[:, -1, lo:hi].argmax(-1) + lo
         correct += int((guess == targets[:, -1]).sum())
     return correct / sequences
