@@ -127,12 +127,6 @@ def _signature(name, tensors, layout):
     return (name, layout, *((t.dtype, str(t.device), t.dim(), t.shape[-1]) for t in tensors))
 
 
-def _eager(x, cos, sin, layout):
-    from ._rope_kernels import rotate
-
-    return rotate(x, cos, sin, layout, x.shape[-1], None)
-
-
 def _try(name, tensors, layout):
     """The compiled result, or ``None`` (with a one-time warning) if it cannot compile."""
     key = _signature(name, tensors, layout)
@@ -156,20 +150,13 @@ def _try(name, tensors, layout):
 def rotate(x, cos, sin, layout: str):
     """Rotate every feature of ``x`` ``(..., seq, d)`` by tables ``(..., seq, d/2)`` in one pass.
 
-    The interleaved layout takes the eager kernel (one complex multiply in
-    float32/float64), which measured faster than Inductor's code for it.
+    Returns ``None`` when the caller should run the eager kernel instead: always for
+    the interleaved layout (its eager complex multiply measured faster than
+    Inductor's code for it), and for a signature that failed to compile.
     """
-    if layout == "half":
-        y = _try("one", (x, cos, sin), layout)
-        if y is not None:
-            return y
-    return _eager(x, cos, sin, layout)
+    return _try("one", (x, cos, sin), layout) if layout == "half" else None
 
 
 def rotate_pair(q, k, cq, sq, ck, sk, layout: str):
-    """Rotate ``q`` and ``k`` (each with its own tables) in one compiled graph (half layout)."""
-    if layout == "half":
-        y = _try("pair", (q, k, cq, sq, ck, sk), layout)
-        if y is not None:
-            return y
-    return _eager(q, cq, sq, layout), _eager(k, ck, sk, layout)
+    """``(q, k)`` rotated in one compiled graph (half layout), or ``None`` as for :func:`rotate`."""
+    return _try("pair", (q, k, cq, sq, ck, sk), layout) if layout == "half" else None

@@ -240,7 +240,9 @@ def apply_rope(
     if not isinstance(compiled, bool):
         raise TypeError(f"compiled must be a bool, got {type(compiled).__name__}")
     if compiled and _compiled_ok(out, rotary_dim, x, cos, sin):
-        return _fused_rope.rotate(x, cos, sin, layout)
+        y = _fused_rope.rotate(x, cos, sin, layout)
+        if y is not None:
+            return y
     return _rotate(x, cos, sin, layout, rotary_dim, out)
 
 
@@ -362,7 +364,9 @@ class RotaryEmbedding(PositionalScheme):
             positions = _batched_positions("positions", positions, x)
         cos, sin = self.cos_sin(x.shape[-2] if positions is None else positions, x)
         if self.compiled and _compiled_ok(out, self.rotary_dim, x, cos, sin):
-            return _fused_rope.rotate(x, cos, sin, self.layout)
+            y = _fused_rope.rotate(x, cos, sin, self.layout)
+            if y is not None:
+                return y
         return _rotate(x, cos, sin, self.layout, self.rotary_dim, out)
 
     def rotate(self, q, k, ctx, *legacy):
@@ -393,7 +397,9 @@ class RotaryEmbedding(PositionalScheme):
         cq, sq = self.cos_sin(qp, q, length=length)
         ck, sk = self.cos_sin(kp, k, length=length)
         if self.compiled and _compiled_ok(None, self.rotary_dim, q, k, cq, sq, ck, sk):
-            return _fused_rope.rotate_pair(q, k, cq, sq, ck, sk, self.layout)
+            pair = _fused_rope.rotate_pair(q, k, cq, sq, ck, sk, self.layout)
+            if pair is not None:
+                return pair
         return (
             _rotate(q, cq, sq, self.layout, self.rotary_dim, None),
             _rotate(k, ck, sk, self.layout, self.rotary_dim, None),
