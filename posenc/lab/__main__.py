@@ -5,6 +5,7 @@
     python -m posenc.lab --experiments passkey,rope_scaling --threads 2
     python -m posenc.lab --compare                # exit 1 unless the stored results reproduce
     python -m posenc.lab --check DIR              # verdicts of the propositions for DIR's results
+    torchrun --nproc-per-node 2 -m posenc.lab ... # DistributedDataParallel training
 
 Writes ``<out>/<preset>.json`` and one PNG per experiment (``--no-plots`` to
 skip; plots need matplotlib), shows tqdm progress bars (``--no-progress`` to
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -117,6 +119,11 @@ def main(argv=None) -> int:
             p.error(str(err))
         return _print_check(results, args.preset)
     torch.set_num_threads(args.threads)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: DDP training (train())
+        torch.distributed.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
+        if torch.distributed.get_rank() != 0:  # every process evaluates; rank 0 reports
+            args.no_plots, args.compare, args.no_progress = True, False, True
+            args.out = args.out / f"rank{torch.distributed.get_rank()}"
     config = PRESETS[args.preset]
     seeds = args.seeds
     if args.seed is not None:

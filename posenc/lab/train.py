@@ -61,6 +61,12 @@ def train(
     Returns the mean training loss of each block of ``log_every`` steps
     (``ceil(steps / log_every)`` values, nats per scored token).  The model is
     left in eval mode.
+
+    Under ``torchrun`` (an initialised ``torch.distributed`` process group with
+    more than one process) the model is wrapped in DistributedDataParallel:
+    every process draws the same global batch of ``batch`` sequences (divisible
+    by the number of processes) and trains on its share, so the losses and the
+    updates equal one process's within rounding.
     """
     length = check_int("length", length, minimum=1)
     steps = check_int("steps", steps, minimum=0)
@@ -79,17 +85,26 @@ def train(
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    net, rank, world = _distributed(model, batch)
     model.train()
     curve, block = [], []
-    bar = _bar(steps, desc, progress)
+    bar = _bar(steps, desc, progress and rank == 0)
     for _ in range(steps):
+        # every process draws the same global batch and keeps its own rows
         inputs, targets, weights = _on(model, task.batch(batch, length, generator))
-        loss = _loss(model(inputs), targets, weights).sum() / weights.sum()
+        total = weights.sum()
+        rows = slice(rank * batch // world, (rank + 1) * batch // world)
+        inputs, targets, weights = inputs[rows], targets[rows], weights[rows]
+        local = _loss(net(inputs), targets, weights).sum() / total
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        # DDP averages gradients over processes: world * local averages to the global loss
+        (local * world).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+        loss = local.detach()
+        if world > 1:
+            torch.distributed.all_reduce(loss)
         block.append(loss.item())
         if len(block) == log_every:
             curve.append(math.fsum(block) / len(block))
@@ -103,6 +118,18 @@ def train(
         bar.close()
     model.eval()
     return curve
+
+
+def _distributed(model, batch):
+    """``(net, rank, world)``: ``model`` wrapped in DDP when a process group with more than
+    one process is initialised, else ``(model, 0, 1)``."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return model, 0, 1
+    world = dist.get_world_size()
+    if batch % world:
+        raise ValueError(f"batch must be divisible by the number of processes {world}, got {batch}")
+    return torch.nn.parallel.DistributedDataParallel(model), dist.get_rank(), world
 
 
 def _on(model, tensors):
