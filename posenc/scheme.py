@@ -240,11 +240,6 @@ class PositionalScheme(nn.Module):
         """Whether the class adds anything to the scores (``score_mod`` or ``bias``)."""
         return any(_owner(cls, n) is not PositionalScheme for n in ("score_mod", "bias"))
 
-    @property
-    def materializes_bias(self) -> bool:
-        """Alias of :attr:`quadratic_memory` (its name before issue 20)."""
-        return self.quadratic_memory
-
     def _apply(self, fn, recurse=True):
         exact = {
             n: self._buffers[n] for n in self.float64_buffers if self._buffers.get(n) is not None
