@@ -141,6 +141,47 @@ def test_config_and_run_all_refuse_bad_input():
     assert LabConfig.from_dict(PRESETS["full"].to_dict()) == PRESETS["full"]
 
 
+def test_experiments_take_their_schemes_from_the_config():
+    """Every experiment that applies to any scheme runs config.schemes (by default the
+    registry); rope_scaling is RoPE's and injection the input tables' own selection."""
+    assert LabConfig().schemes == tuple(posenc.SCHEMES) == LabConfig().retrieval_schemes
+    tiny = dataclasses.replace(
+        PRESETS["smoke"], train_len=4, eval_factors=(1, 2), d_model=8, heads=2, steps=2,
+        passkey_steps=2, eval_tokens=16, curse_sequences=2, passkey_sequences=2,
+        finetune_steps=1, schemes=("kerple", "sinusoidal", "cope"),
+    )  # fmt: skip
+    assert tiny.retrieval_schemes == tiny.schemes and tiny.to_dict()["passkey_schemes"] == [
+        "kerple", "sinusoidal", "cope"
+    ]  # fmt: skip
+    out = run_all(tiny, ["training", "extrapolation", "early_tokens", "passkey", "injection"])
+    res = out["results"]
+
+    def schemes(name):
+        return {r["scheme"] for r in res[name]}
+
+    for name in ("training", "extrapolation", "early_tokens", "passkey"):
+        assert schemes(name) == {"kerple", "sinusoidal", "cope"}, name
+    assert schemes("injection") == {"sinusoidal"}  # the one input table in the config
+    only = dataclasses.replace(tiny, passkey_schemes=("rope",))
+    assert {r["scheme"] for r in run_all(only, ["passkey"])["results"]["passkey"]} == {
+        "rope", "rope:pi", "rope:ntk", "rope:yarn", "rope:llama3"
+    }  # fmt: skip
+
+
+def test_compare_leaves_out_schemes_the_stored_run_did_not_have(smoke_run):
+    stored = load_results("smoke")
+    fewer = copy.deepcopy(stored)
+    fewer["results"]["early_tokens"] = [
+        r for r in fewer["results"]["early_tokens"] if r["scheme"] == "alibi"
+    ]
+    assert compare(fewer, smoke_run) == []
+    missing = copy.deepcopy(smoke_run)
+    missing["results"]["early_tokens"] = [
+        r for r in missing["results"]["early_tokens"] if r["scheme"] != "alibi"
+    ]
+    assert any("only in stored" in p for p in compare(stored, missing))
+
+
 def test_seeds_do_not_depend_on_run_order_or_hashing():
     assert lab.seed_for(0, "init", "lm", "rope", "input") == 1068839088
 

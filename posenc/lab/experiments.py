@@ -1,5 +1,10 @@
 """The lab's experiments: each takes a :class:`Lab` and returns a tidy table.
 
+Every experiment that applies to any scheme runs the schemes of the
+configuration (``LabConfig.schemes``, by default every name in
+:data:`posenc.SCHEMES`); ``rope_scaling`` (RoPE only) and ``injection``
+(schemes that act on the input) keep their own selection, said in their docstrings.
+
 A tidy table is a list of flat ``dict`` rows (one observation per row), with
 floats rounded to 4 decimals so that stored results are small and stable.
 
@@ -12,7 +17,7 @@ experiment          question
                     after a short fine-tune at ``finetune_factor * L``
 ``early_tokens``    loss by position, ``L``-long windows against one ``4L`` window
 ``passkey``         retrieval accuracy as the value's distance grows past ``L``
-``injection``       sinusoidal and learned tables at the input only or in every layer
+``injection``       input tables (sinusoidal, learned) at the input only or in every layer
 ==================  ===========================================================
 
 Models are trained once per :class:`Lab` and shared by the experiments; each
@@ -79,10 +84,15 @@ class LabConfig:
     passkey_factor: int = 8
     passkey_sequences: int = 64
     schemes: tuple[str, ...] = SCHEMES
-    passkey_schemes: tuple[str, ...] = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+    # ``None``: the same schemes as ``schemes`` (the retrieval task applies to every
+    # scheme); a list equal to ``schemes`` is stored as ``None``, so that
+    # ``dataclasses.replace(config, schemes=...)`` changes both
+    passkey_schemes: tuple[str, ...] | None = None
     seed: int = 0
 
     def __post_init__(self):
+        if self.passkey_schemes is not None and tuple(self.passkey_schemes) == tuple(self.schemes):
+            object.__setattr__(self, "passkey_schemes", None)  # frozen: canonical form, once
         for name in (
             "train_len", "d_model", "layers", "heads", "steps", "batch", "eval_tokens",
             "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
@@ -97,8 +107,13 @@ class LabConfig:
             check_int("eval_factors", f, minimum=1) < 1 for f in self.eval_factors
         ):
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
-        for s in self.schemes + self.passkey_schemes:
+        for s in self.schemes + self.retrieval_schemes:
             check_scheme(s)
+
+    @property
+    def retrieval_schemes(self) -> tuple[str, ...]:
+        """The schemes ``passkey`` trains: ``passkey_schemes``, or ``schemes`` when ``None``."""
+        return self.schemes if self.passkey_schemes is None else tuple(self.passkey_schemes)
 
     @property
     def table_len(self) -> int:
@@ -106,7 +121,9 @@ class LabConfig:
         return self.train_len * max(max(self.eval_factors), self.passkey_factor, self.curse_factor)
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
+        """Every field, tuples as lists; ``passkey_schemes`` written out in full."""
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
+        return dict(d, passkey_schemes=list(self.retrieval_schemes))
 
     @classmethod
     def from_dict(cls, d: dict) -> LabConfig:
@@ -277,7 +294,12 @@ def extrapolation(lab: Lab) -> list[dict]:
 
 
 def rope_scaling(lab: Lab) -> list[dict]:
-    """RoPE context extension, at test time only and after a short fine-tune."""
+    """RoPE context extension, at test time only and after a short fine-tune.
+
+    Specific to ``rope``: the scalings (:data:`ROPE_METHODS`) change RoPE's
+    frequencies, so this experiment trains the ``rope`` model whatever
+    ``config.schemes`` holds.
+    """
     c = lab.config
     base, _ = lab.model("lm", "rope")
     rows = []
@@ -337,14 +359,14 @@ def early_tokens(lab: Lab) -> list[dict]:
     ``k = curse_factor``, or ``k`` times as many windows of ``L``; see
     :func:`curse_batches`) is scored both ways.  ``position`` is the position
     inside the window; ``floor`` is the source's entropy there, which is
-    the law of both kinds of window.
+    the law of both kinds of window.  Every scheme of ``config.schemes`` is scored.
     """
     c = lab.config
     n = c.curse_factor * c.train_len
     floor = lab.lm.floor(n)
     rows = []
     short, long_ = curse_batches(lab)
-    for scheme in ("alibi", "sinusoidal"):
+    for scheme in c.schemes:
         model, _ = lab.model("lm", scheme)
         with torch.no_grad():
             for window, tokens in (("short", short), ("long", long_)):
@@ -412,7 +434,13 @@ def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
 
 
 def passkey(lab: Lab) -> list[dict]:
-    """Retrieval accuracy by distance band, at ``L`` and at ``passkey_factor * L``."""
+    """Retrieval accuracy by distance band, at ``L`` and at ``passkey_factor * L``.
+
+    Every scheme of ``config.retrieval_schemes`` (``passkey_schemes``, by default
+    the same as ``schemes``) is trained on the retrieval task; when ``rope`` is
+    among them, the RoPE model is also evaluated with each scaling of
+    :data:`ROPE_METHODS` at factor ``passkey_factor`` (rows ``rope:<method>``).
+    """
     c = lab.config
     L, n = c.train_len, c.passkey_factor * c.train_len
     bands = [(1, L - 1)]
@@ -421,7 +449,7 @@ def passkey(lab: Lab) -> list[dict]:
         bands.append((lo, min(2 * lo - 1, n - 1)))
         lo *= 2
     rows = []
-    for scheme in c.passkey_schemes:
+    for scheme in c.retrieval_schemes:
         model, _ = lab.model("passkey", scheme)
         for length, band in [(L, (1, L - 1))] + [(n, b) for b in bands]:
             acc = evaluate_accuracy(
@@ -441,7 +469,7 @@ def passkey(lab: Lab) -> list[dict]:
                     "accuracy": _r(acc),
                 }
             )
-    if "rope" in c.passkey_schemes:  # the RoPE model with each scaling at factor n / L
+    if "rope" in c.retrieval_schemes:  # the RoPE model with each scaling at factor n / L
         for method in ROPE_METHODS[1:]:
             model = copy.deepcopy(lab.model("passkey", "rope")[0])
             model.set_rope_scaling(rope_scaling_for(method, c.passkey_factor, L))
@@ -463,10 +491,15 @@ def passkey(lab: Lab) -> list[dict]:
 
 
 def injection(lab: Lab) -> list[dict]:
-    """Sinusoidal and learned tables added at the input only or to every layer's input."""
+    """Input tables added at the input only or to every layer's input.
+
+    Specific to the schemes that act on the input (``acts_on == "input"`` in
+    :data:`posenc.SCHEMES`: ``sinusoidal`` and ``learned``): only they can be
+    injected in two ways.  Every such scheme of ``config.schemes`` is run.
+    """
     c = lab.config
     rows = []
-    for scheme in ("sinusoidal", "learned"):
+    for scheme in [s for s in c.schemes if posenc.SCHEMES[s].acts_on == "input"]:
         for inject in ("input", "every"):
             model, curve = lab.model("lm", scheme, inject)
             for f in sorted({1, 2} & set(c.eval_factors)) or [1]:
@@ -490,9 +523,10 @@ DESCRIPTIONS = {
     "extrapolation": "loss above the floor at L, 2L, 4L, 8L, 16L for every scheme trained at L",
     "rope_scaling": "RoPE with PI, NTK, YaRN, Llama 3.1 at test time, and after a short "
     "fine-tune (plain RoPE fine-tuned: the control)",
-    "early_tokens": "loss by position in fresh L-long windows against fresh 4L-long ones",
+    "early_tokens": "loss by position in fresh L-long windows against fresh 4L-long ones, "
+    "every scheme",
     "passkey": "retrieval accuracy by distance band at L and 8L (RoPE also with its scalings)",
-    "injection": "sinusoidal and learned tables at the input only or in every layer",
+    "injection": "input tables (sinusoidal, learned) at the input only or in every layer",
 }
 
 
@@ -668,26 +702,33 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
     (``tolerance["loss"]`` nats or ``["accuracy"]``): see :data:`TOLERANCE`.
     So another CPU, thread count or set of seeds passes unless the
     difference is far outside the seed-to-seed spread.  The entropy floor,
-    which is exact, must agree to 1e-4.  Schemes registered after ``stored``
-    was made are left out; every other setting must be equal (``seed`` aside).
+    which is exact, must agree to 1e-4.  Schemes that ``fresh`` runs and
+    ``stored`` did not (registered after it was made, or left out of its
+    run) are left out, per experiment; every other setting must be equal
+    (``seed`` aside).
     """
     tol = dict(TOLERANCE, **(tolerance or {}))
     problems = []
     lists = ("schemes", "passkey_schemes")
     old_config, new_config = dict(stored["config"]), dict(fresh["config"])
-    known = {s for key in lists for s in old_config.get(key, ())}
     for key in lists:
-        kept = [s for s in new_config.get(key, ()) if s in known]
-        if kept != list(old_config.get(key, ())):
+        old_list = old_config.get(key) or old_config.get("schemes", ())  # None: as schemes
+        kept = [s for s in new_config.get(key) or new_config.get("schemes", ()) if s in old_list]
+        if kept != list(old_list):
             problems.append(f"configs differ ({key})")
             return problems
+    for key in lists:
         old_config.pop(key, None), new_config.pop(key, None)
     old_config.pop("seed", None), new_config.pop("seed", None)
     if old_config != new_config:
         problems.append("configs differ")
         return problems
+
+    def stored_schemes(name):  # the schemes (and scalings, floor) stored for one experiment
+        return {r.get("scheme", "floor") for r in stored["results"].get(name, [])} | {"floor"}
+
     fresh_results = {
-        name: [r for r in rows if r.get("scheme", "floor").split(":")[0] in known | {"floor"}]
+        name: [r for r in rows if r.get("scheme", "floor") in stored_schemes(name)]
         for name, rows in fresh["results"].items()
     }
     old = _compared({n: stored["results"].get(n, []) for n in fresh_results})

@@ -108,16 +108,21 @@ def early_tokens(results):
     plt = _plt()
     rows = summarize(results["early_tokens"])
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
-    fig, axes = plt.subplots(1, len(schemes), figsize=(10, 4), sharey=True)
-    for ax, scheme in zip(axes, schemes, strict=True):
+    cols = min(4, len(schemes))  # one panel per scheme, four to a row
+    nrows = -(-len(schemes) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(10, 1 + 3 * nrows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(schemes) :]:
+        ax.set_visible(False)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
         for window in ("short", "long"):
             _band(ax, _pick(rows, scheme=scheme, window=window), "position", "loss",
                   label=f"{window} window")  # fmt: skip
         rs = _pick(rows, scheme=scheme, window="long")
         ax.plot([r["position"] for r in rs], [r["floor"] for r in rs], "k--", label="floor")
         ax.set(xlabel="position inside the window", title=scheme)
-    axes[0].set_ylabel("loss (nats)")
-    axes[0].legend(fontsize=9)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss (nats)")
+    axes[0, 0].legend(fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -130,9 +135,12 @@ def passkey(results):
     train_len = min(r["length"] for r in rows)
     base = [s for s in dict.fromkeys(r["scheme"] for r in rows) if ":" not in s]
     cols = 3
+    nrows = -(-len(base) // cols)
     fig, axes = plt.subplots(
-        -(-len(base) // cols), cols, figsize=(10, 5.5), sharex=True, sharey=True
+        nrows, cols, figsize=(10, 0.5 + 2.5 * nrows), sharex=True, sharey=True, squeeze=False
     )
+    for ax in axes.flat[len(base) :]:
+        ax.set_visible(False)
     for ax, scheme in zip(axes.flat, base, strict=False):
         names = [scheme] + sorted(
             {r["scheme"] for r in rows if r["scheme"].startswith(scheme + ":")}
@@ -151,8 +159,10 @@ def passkey(results):
         ax.set(title=scheme, ylim=(-0.05, 1.1))
         if len(names) > 1:
             ax.legend(fontsize=8, ncol=2, loc="lower left")
-    for ax in axes[-1]:
-        ax.set_xlabel("distance band (upper edge)")
+    for col in range(cols):  # the lowest panel of each column carries the x axis
+        for ax in [a for a in axes[:, col] if a.get_visible()][-1:]:
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("distance band (upper edge)")
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy")
     fig.suptitle(
