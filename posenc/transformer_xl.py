@@ -36,7 +36,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_even, check_float, check_floating, check_heads, check_int, check_tensor
+from ._checks import (
+    MAX_DISTANCE,
+    check_even,
+    check_float,
+    check_floating,
+    check_heads,
+    check_int,
+    check_position_values,
+    check_tensor,
+)
 from .attend import attention
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, scaled_dot_product, softmax_weights
@@ -93,6 +102,8 @@ def relative_sinusoids(
     distances = check_tensor("distances", distances)
     if distances.is_floating_point() or distances.is_complex():
         raise TypeError(f"distances must hold integers, got dtype {distances.dtype}")
+    # the difference of two positions: beyond it float64 angles lose whole turns
+    check_position_values("distances", distances, limit=MAX_DISTANCE)
     inv_freq = sinusoidal_inv_freq(dim, base=base, device=distances.device)
     angles = distances.to(torch.float64)[..., None] * inv_freq
     return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)

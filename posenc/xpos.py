@@ -54,7 +54,7 @@ import math
 import torch
 
 from ._angles import compute_dtype
-from ._checks import check_even, check_float, check_floating, check_int
+from ._checks import check_even, check_float, check_floating, check_int, check_position_values
 from ._runtime import has_values
 from .context import CallContext
 from .rope import RotaryEmbedding
@@ -170,6 +170,7 @@ class XPos(PositionalScheme):
         gives NaN otherwise.
         """
         limit = self.position_limit(like.dtype)
+        check_position_values("positions", positions)  # p - centre must not wrap around
         shift = positions.to(torch.int64) - self.centre
         if shift.numel() and has_values(shift) and bool((shift.abs() > limit).any()):
             lo, hi = int(shift.min()) + self.centre, int(shift.max()) + self.centre

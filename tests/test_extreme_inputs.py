@@ -352,3 +352,17 @@ def test_posenc_changes_no_global_compiler_setting():
     assert done.returncode == 0, done.stderr[-3000:]
     changed = json.loads(done.stdout.strip().splitlines()[-1])
     assert changed == {"import": {}, "run": {}, "new": []}
+
+
+@pytest.mark.parametrize("p", [2**63 - 1, -(2**63)])
+def test_xpos_factors_refuse_positions_that_would_wrap_around_the_centre(p):
+    xpos = posenc.XPos(16, centre=-5)
+    with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
+        xpos.factors(torch.tensor([p]), torch.zeros(1), keys=True)
+
+
+@pytest.mark.parametrize("d", [2**32, -(2**32), 2**63 - 1])
+def test_transformer_xl_distances_beyond_two_positions_apart_are_refused(d):
+    with pytest.raises(ValueError, match="distances must lie strictly within 2\\*\\*32"):
+        posenc.relative_sinusoids(torch.tensor([0, d]), 8)
+    assert torch.isfinite(posenc.relative_sinusoids(torch.tensor([2**32 - 1]), 8)).all()
