@@ -245,7 +245,7 @@ def test_the_chapter_s_stated_propositions_hold_on_the_stored_seeds():
 def test_curse_summary_of_an_ideal_model_is_the_floor():
     rows = [r for r in load_results("full")["results"]["early_tokens"] if r["seed"] == 0]
     summary = {r["scheme"]: r for r in curse_summary(rows)}
-    assert set(summary) == {"alibi", "sinusoidal", "floor"}
+    assert set(summary) == set(PRESETS["full"].schemes) | {"floor"}
     f = summary["floor"]
     assert f["gain"] > 0 and f["curse_only"] >= f["long"] - 1e-9
 
