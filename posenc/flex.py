@@ -141,7 +141,9 @@ RECOMPILE_LIMIT = 16
 def _compile_options() -> dict:
     """Per-call ``torch.compile`` options; no global compiler setting is changed.
 
-    ``dynamic=True``: one graph serves every sequence length.  ``fullgraph=True``:
+    ``dynamic=None``: the sequence dimension is marked dynamic on views of the
+    inputs (:func:`_dynamic_lengths`) and every other size stays static, so one
+    graph serves every sequence length.  ``fullgraph=True``:
     if a scheme ever exceeds its recompile limit, Dynamo raises instead of
     running FlexAttention uncompiled (dense and slow); posenc then falls back
     to the eager path with a warning.  ``isolate_recompiles`` (PyTorch 2.13+)
