@@ -45,27 +45,9 @@ import time
 import torch
 
 import posenc
+from posenc._memory import peak_tensor_mib as torch_peak_mib
 
 BATCH, HEADS, KV_HEADS, HEAD_DIM = 1, 32, 8, 128  # Llama-3-8B-like attention, one layer
-
-
-def torch_peak_mib(fn):
-    """Peak tensor memory allocated and held during ``fn()``, from torch.profiler, in MiB."""
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
-        fn()
-    deltas = []
-    for e in prof.events():
-        if e.name == "[memory]":  # allocations and frees outside any op; frees mostly
-            deltas.append((e.time_range.start, e.cpu_memory_usage))
-        elif e.self_cpu_memory_usage > 0:  # what an op allocated (net of its own frees)
-            deltas.append((e.time_range.start, e.self_cpu_memory_usage))
-    held = peak = 0
-    for _, d in sorted(deltas, key=lambda t: t[0]):
-        held += d
-        peak = max(peak, held)
-    return peak / 2**20
 
 
 def peak_rss_growth_mib(fn):

@@ -81,3 +81,26 @@ def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     if tracing() or type(t) is not torch.Tensor or t.device.type != "cpu":
         return t
     return advise_huge_pages(t)
+
+
+def peak_tensor_mib(fn) -> float:
+    """Peak tensor memory (MiB) allocated and held while ``fn()`` runs, from torch.profiler.
+
+    Used by the memory-bound tests and the benchmarks: it counts bytes requested,
+    not time, so it is stable on a busy machine.
+    """
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        fn()
+    deltas = []
+    for e in prof.events():
+        if e.name == "[memory]":  # allocations and frees outside any op
+            deltas.append((e.time_range.start, e.cpu_memory_usage))
+        elif e.self_cpu_memory_usage > 0:  # what an op allocated (net of its own frees)
+            deltas.append((e.time_range.start, e.self_cpu_memory_usage))
+    held = peak = 0
+    for _, d in sorted(deltas, key=lambda t: t[0]):
+        held += d
+        peak = max(peak, held)
+    return peak / 2**20

@@ -23,6 +23,7 @@ import torch
 
 import posenc
 from posenc import flex
+from posenc._memory import peak_tensor_mib as peak_mib
 from posenc.scheme import score_mod_bias
 from posenc.t5 import _log_boundaries
 
@@ -31,25 +32,6 @@ LIMIT = r"must lie strictly within 2\*\*31 = 2147483648 of 0"
 OUT_OF_RANGE = [2**31, -(2**31), INT64_MAX, INT64_MIN]  # each refused
 MIB = 2**20
 BOUND_MIB = 32
-
-
-def peak_mib(fn):
-    """Peak tensor memory (MiB) allocated and held while ``fn()`` runs, from torch.profiler."""
-    with torch.profiler.profile(
-        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-    ) as prof:
-        fn()
-    deltas = []
-    for e in prof.events():
-        if e.name == "[memory]":  # allocations and frees outside any op
-            deltas.append((e.time_range.start, e.cpu_memory_usage))
-        elif e.self_cpu_memory_usage > 0:  # what an op allocated (net of its own frees)
-            deltas.append((e.time_range.start, e.self_cpu_memory_usage))
-    held = peak = 0
-    for _, d in sorted(deltas, key=lambda t: t[0]):
-        held += d
-        peak = max(peak, held)
-    return peak / MIB
 
 
 def test_peak_mib_sees_a_large_allocation():
