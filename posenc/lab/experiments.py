@@ -192,38 +192,50 @@ class Lab:
         self.device = torch.device(device)  # data is drawn on the CPU, models run here
         self.lm = LanguageTask()
         self.retrieval = RetrievalTask()
+        self._tasks = {"lm": self.lm, "passkey": self.retrieval}
         self._models: dict = {}
 
-    def model(self, task: str, scheme: str, inject: str = "input"):
-        """``(model, curve)``: a :class:`TinyDecoder` trained at ``train_len`` on ``task``."""
-        check_choice("task", task, ("lm", "passkey"))
+    def model(self, task: str, scheme: str, inject: str = "input", **variant):
+        """``(model, curve)``: a :class:`TinyDecoder` trained at ``train_len`` on ``task``.
+
+        ``variant``: :class:`TinyDecoder` settings that differ from the
+        configuration's, for the sweeps (``rope_base``, ``heads``,
+        ``alibi_slope_scale``).  A variant is a model of its own, with its own
+        seed; with no variant the seeds are those of the stored runs.
+        """
+        check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
-        key = (task, scheme, inject)
+        for name in variant:
+            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale"))
+        key = (task, scheme, inject) + tuple(sorted(variant.items()))
         if key not in self._models:
             c = self.config
-            data = self.lm if task == "lm" else self.retrieval
+            data = self._tasks[task]
             torch.manual_seed(seed_for(c.seed, "init", *key))
-            model = TinyDecoder(
-                data.vocab,
-                scheme,
-                c.train_len,
+            settings = dict(
                 d_model=c.d_model,
                 layers=c.layers,
                 heads=c.heads,
                 inject=inject,
                 rope_base=c.rope_base,
                 table_len=c.table_len if scheme == "learned" else None,
+            )
+            model = TinyDecoder(
+                data.vocab, scheme, c.train_len, **{**settings, **variant}
             ).to(self.device)
+            steps = {"lm": c.steps, "passkey": c.passkey_steps}.get(task)
             curve = train(
                 model,
                 data,
                 length=c.train_len,
-                steps=c.steps if task == "lm" else c.passkey_steps,
+                steps=c.steps if steps is None else steps,
                 batch=c.batch,
                 lr=c.lr,
                 seed=seed_for(c.seed, "data", *key),
                 progress=self.progress,
-                desc=f"{task} {scheme}" + ("" if inject == "input" else f" ({inject})"),
+                desc=f"{task} {scheme}"
+                + ("" if inject == "input" else f" ({inject})")
+                + "".join(f" {k}={v}" for k, v in sorted(variant.items())),
             )
             self._models[key] = (model, curve)
         return self._models[key]

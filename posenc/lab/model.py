@@ -29,7 +29,7 @@ from torch import nn
 
 import posenc
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_float, check_int
 
 __all__ = ["SCHEMES", "INJECTIONS", "TinyDecoder", "check_scheme"]
 
@@ -97,6 +97,9 @@ class TinyDecoder(nn.Module):
         Shaw's clipping distance ``k``.
     t5_buckets, t5_max_distance
         T5's (unidirectional) bucketing.
+    alibi_slope_scale
+        Multiplies every ALiBi slope (scheme ``alibi`` only; 1 keeps the
+        paper's geometric slopes).
     options
         More keyword arguments for the scheme's ``build``, e.g. a new scheme's
         settings.
@@ -117,6 +120,7 @@ class TinyDecoder(nn.Module):
         shaw_clip: int = 16,
         t5_buckets: int = 16,
         t5_max_distance: int | None = None,
+        alibi_slope_scale: float = 1.0,
         options: dict | None = None,
     ):
         super().__init__()
@@ -143,6 +147,9 @@ class TinyDecoder(nn.Module):
                 f"got {scheme!r}"
             )
         self.rope_base = rope_base
+        if alibi_slope_scale != 1.0 and scheme != "alibi":
+            raise ValueError(f"alibi_slope_scale needs scheme 'alibi', got scheme {scheme!r}")
+        self.alibi_slope_scale = check_float("alibi_slope_scale", alibi_slope_scale, positive=True)
         head_dim = d_model // heads
         # the lab's settings of the original schemes: the stored results use them
         lab_options = {
@@ -157,7 +164,10 @@ class TinyDecoder(nn.Module):
         max_len = self.table_len if scheme == "learned" else self.train_len
 
         def build():
-            return cls.build(heads, head_dim, max_len=max_len, causal=True, **self._options)
+            scheme = cls.build(heads, head_dim, max_len=max_len, causal=True, **self._options)
+            if self.alibi_slope_scale != 1.0:
+                scheme.slopes.mul_(self.alibi_slope_scale)  # float64 buffer: exact powers of 2
+            return scheme
 
         self.embed = nn.Embedding(vocab, d_model)
         self.tables = None
