@@ -214,7 +214,7 @@ def test_compare_is_statistical_and_catches_drift(smoke_run):
     assert len(problems) == 2, problems
     assert any("extrapolation[scheme=alibi" in p and ".loss" in p for p in problems)
     # a shift inside the spread of the stored seeds passes
-    sd = lab.experiments._sd([r["loss"] for r in stored["results"]["extrapolation"]
+    sd = lab.run._sd([r["loss"] for r in stored["results"]["extrapolation"]
                               if r["scheme"] == "alibi" and r["factor"] == 1])  # fmt: skip
     nudged = copy.deepcopy(smoke_run)
     for r in nudged["results"]["extrapolation"]:

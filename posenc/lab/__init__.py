@@ -4,7 +4,8 @@ A tiny decoder-only transformer (:class:`TinyDecoder`) whose positional
 scheme is any scheme of :mod:`posenc`, trained on synthetic data with a known
 answer (:class:`CopyVocabSource`, whose per-token entropy is exact;
 :class:`PasskeyTask`, retrieval from a chosen distance), and experiments that
-each return a tidy table (:mod:`posenc.lab.experiments`).
+each return a tidy table (:mod:`posenc.lab.experiments`; settings and trained models
+in :mod:`posenc.lab.lab`, runs over seeds in :mod:`posenc.lab.run`).
 
 Command line: ``python -m posenc.lab --help``.  Stored results:
 ``posenc/lab/results/{full,smoke}.json``, read with :func:`load_results`.
@@ -19,24 +20,11 @@ import json
 from pathlib import Path
 
 from .data import CopyVocabSource, PasskeyTask
-from .experiments import (
-    DESCRIPTIONS,
-    EXPERIMENTS,
-    PRESETS,
-    ROPE_METHODS,
-    TOLERANCE,
-    Lab,
-    LabConfig,
-    compare,
-    curse_batches,
-    curse_summary,
-    parse_seeds,
-    rope_scaling_for,
-    run_all,
-    summarize,
-)
+from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
+from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .propositions import PROPOSITIONS, check, failures, t_interval
+from .run import TOLERANCE, compare, parse_seeds, run_all, summarize
 from .tasks import LanguageTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
 

@@ -40,7 +40,7 @@ def _experiments(text: str) -> list[str]:
 
 
 def _seeds(text: str) -> list[int]:
-    from .experiments import parse_seeds
+    from .run import parse_seeds
 
     try:
         return parse_seeds(text)

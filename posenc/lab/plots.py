@@ -8,7 +8,7 @@ t-interval (:func:`posenc.lab.summarize`) as a band or error bar.
 
 from __future__ import annotations
 
-from .experiments import summarize
+from .run import summarize
 
 __all__ = ["FIGURES"]
 

@@ -1,0 +1,255 @@
+"""Running experiments over seeds, and reading the results: means with intervals, comparison.
+
+:func:`run_all` runs experiments for several seeds (in worker processes with
+``jobs > 1``); :func:`summarize` averages rows over seeds with a 95%
+t-interval; :func:`compare` decides whether a fresh run reproduces a stored one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import torch
+
+from .._checks import check_choice, check_int
+from .experiments import EXPERIMENTS, curse_summary
+from .lab import PRESETS, Lab, LabConfig
+from .stats import t_interval
+from .train import peak_memory_mb
+
+__all__ = ["TOLERANCE", "compare", "parse_seeds", "run_all", "summarize"]
+
+
+def parse_seeds(text) -> list[int]:
+    """Seeds from ``"0-4"``, ``"0,2,5"``, ``"3"`` or a list; ``ValueError`` naming ``seeds``."""
+    if isinstance(text, (list, tuple, range)):
+        seeds = [check_int("seeds", s, minimum=0) for s in text]
+    else:
+        seeds = []
+        for part in str(text).split(","):
+            lo, sep, hi = part.strip().partition("-")
+            try:
+                lo, hi = int(lo), int(hi) if sep else int(lo)
+            except ValueError:
+                raise ValueError(
+                    f"seeds must be non-negative integers or ranges like '0-4', got {text!r}"
+                ) from None
+            if lo < 0 or hi < lo:
+                raise ValueError(
+                    f"seeds must be ranges lo-hi with 0 <= lo <= hi (like '0-4'), got {part!r}"
+                )
+            seeds += range(lo, hi + 1)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and at least one, got {text!r}")
+    return seeds
+
+
+def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None, device="cpu"):
+    """All ``names`` for one seed: ``(results, meta)``; every row starts with ``seed``."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    lab = Lab(config, progress=progress, device=device)
+    results, meta = {}, {"seconds": {}, "peak_memory_mb": {}}
+    for name in names:
+        start = time.perf_counter()
+        results[name] = [{"seed": config.seed, **r} for r in EXPERIMENTS[name](lab)]
+        meta["seconds"][name] = round(time.perf_counter() - start, 1)
+        meta["peak_memory_mb"][name] = round(peak_memory_mb(), 1)
+        if log is not None:
+            log(
+                f"seed {config.seed} {name}: {meta['seconds'][name]:.1f} s, "
+                f"peak memory {meta['peak_memory_mb'][name]:.0f} MiB"
+            )
+    return results, meta
+
+
+def _run_seed_job(config_dict, names, threads, device):  # top level: picklable for workers
+    return _run_seed(LabConfig.from_dict(config_dict), names, threads=threads, device=device)
+
+
+def run_all(
+    config: LabConfig | None = None,
+    experiments=None,
+    *,
+    seeds=None,
+    jobs: int = 1,
+    device="cpu",
+    progress: bool = False,
+    log=None,
+) -> dict:
+    """Run ``experiments`` (names from :data:`EXPERIMENTS`; all by default) for every seed.
+
+    ``device``: where the models run (``"cpu"``, or ``"cuda"`` where CUDA is
+    present); the data is drawn on the CPU, so a seed sees the same data anywhere.
+
+    ``seeds``: a list of ints or a string like ``"0-4"`` (default: the
+    config's ``seed``).  ``jobs > 1`` runs seeds in that many worker processes,
+    each with ``max(1, torch.get_num_threads() // jobs)`` threads; a seed's
+    numbers do not depend on the process that ran it.
+
+    Returns ``{"config": ..., "seeds": [...], "results": {name: rows}, "meta": {...}}``:
+    one row per seed and observation (``row["seed"]``), seeds in order.
+    ``meta`` holds wall-clock seconds and peak memory per seed and experiment
+    (they vary from run to run and are never compared).  ``log`` (e.g.
+    ``print``) receives one line per finished experiment.
+    """
+    config = PRESETS["full"] if config is None else config
+    names = list(EXPERIMENTS) if experiments is None else list(experiments)
+    for name in names:
+        check_choice("experiments", name, EXPERIMENTS)
+    seeds = [config.seed] if seeds is None else parse_seeds(seeds)
+    jobs = check_int("jobs", jobs, minimum=1)
+    configs = [dataclasses.replace(config, seed=s) for s in seeds]
+    if jobs == 1 or len(seeds) == 1:
+        outs = [_run_seed(c, names, progress, log, device=device) for c in configs]
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        threads = max(1, torch.get_num_threads() // jobs)
+        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = [
+                pool.submit(_run_seed_job, c.to_dict(), names, threads, str(device))
+                for c in configs
+            ]
+            outs = []
+            for c, f in zip(configs, futures, strict=True):
+                outs.append(f.result())
+                if log is not None:
+                    log(f"seed {c.seed}: {sum(outs[-1][1]['seconds'].values()):.1f} s")
+    results = {name: [r for res, _ in outs for r in res[name]] for name in names}
+    meta = {
+        "seconds": {str(c.seed): m["seconds"] for c, (_, m) in zip(configs, outs, strict=True)},
+        "peak_memory_mb": max(max(m["peak_memory_mb"].values(), default=0) for _, m in outs),
+        "jobs": jobs,
+        "torch": torch.__version__,
+    }
+    return {"config": configs[0].to_dict(), "seeds": seeds, "results": results, "meta": meta}
+
+
+def _group_key(row: dict) -> tuple:
+    """The fields that name an observation: every non-float field except ``seed``."""
+    return tuple(
+        (k, v) for k, v in row.items() if k != "seed" and v is not None and not isinstance(v, float)
+    )
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Rows averaged over seeds: each float field ``x`` becomes ``x`` (mean),
+    ``x_lo`` and ``x_hi`` (a 95% t-interval over the seeds where it is defined, not
+    ``None``; equal to the mean for one seed), plus ``seeds`` (how many rows)."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(_group_key(r), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        row = dict(key)
+        fields = dict.fromkeys(k for r in rs for k, v in r.items() if isinstance(v, float))
+        for k in fields:
+            vals = [r[k] for r in rs if isinstance(r.get(k), float)]  # None: undefined there
+            mean, lo, hi = t_interval(vals)
+            row[k], row[f"{k}_lo"], row[f"{k}_hi"] = mean, lo, hi
+        row["seeds"] = len(rs)
+        out.append(row)
+    return out
+
+
+#: Compared summaries: a fresh mean passes when it lies within ``spread`` times the
+#: seed standard deviation of the difference of means, ``sd * sqrt(1/n_stored + 1/n_fresh)``,
+#: plus an absolute margin (the evaluation resolution): losses in nats, accuracies as fractions.
+TOLERANCE = {"spread": 6.0, "loss": 0.01, "accuracy": 0.05}
+
+
+def _compared(results: dict) -> dict:
+    """The summary statistics ``compare`` looks at: ``{(experiment, key, field): [per-seed]}``."""
+    out: dict = {}
+
+    def add(name, rows, fields):
+        for r in rows:
+            for k in fields:
+                if isinstance(r.get(k), float):
+                    out.setdefault((name, _group_key(r), k), []).append(r[k])
+
+    for name, rows in results.items():
+        if name == "training":  # the end of each curve, not every step
+            last = max(r["step"] for r in rows)
+            add(name, [r for r in rows if r["step"] == last], ("loss",))
+        elif name == "early_tokens":
+            add(name, curse_summary(rows), ("short", "long", "curse_only", "gain"))
+        else:
+            add(name, rows, ("loss", "excess", "accuracy", "final_train_loss", "floor"))
+    return out
+
+
+def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[str]:
+    """Statistical differences between two :func:`run_all` outputs (empty list: they agree).
+
+    For every summary statistic (loss, excess and accuracy rows; the last
+    training loss; the early-token summary), the mean over ``fresh``'s seeds
+    must lie within ``tolerance["spread"]`` standard errors of the difference
+    of means (the standard deviation over ``stored``'s seeds, or over
+    ``fresh``'s when ``stored`` has one seed) plus an absolute margin
+    (``tolerance["loss"]`` nats or ``["accuracy"]``): see :data:`TOLERANCE`.
+    So another CPU, thread count or set of seeds passes unless the
+    difference is far outside the seed-to-seed spread.  The entropy floor,
+    which is exact, must agree to 1e-4.  Schemes that ``fresh`` runs and
+    ``stored`` did not (registered after it was made, or left out of its
+    run) are left out, per experiment; every other setting must be equal
+    (``seed`` aside).
+    """
+    tol = dict(TOLERANCE, **(tolerance or {}))
+    problems = []
+    lists = ("schemes", "passkey_schemes")
+    old_config, new_config = dict(stored["config"]), dict(fresh["config"])
+    for key in lists:
+        old_list = old_config.get(key) or old_config.get("schemes", ())  # None: as schemes
+        kept = [s for s in new_config.get(key) or new_config.get("schemes", ()) if s in old_list]
+        if kept != list(old_list):
+            problems.append(f"configs differ ({key})")
+            return problems
+    for key in lists:
+        old_config.pop(key, None), new_config.pop(key, None)
+    old_config.pop("seed", None), new_config.pop("seed", None)
+    if old_config != new_config:
+        problems.append("configs differ")
+        return problems
+
+    def stored_schemes(name):  # the schemes (and scalings, floor) stored for one experiment
+        return {r.get("scheme", "floor") for r in stored["results"].get(name, [])} | {"floor"}
+
+    fresh_results = {
+        name: [r for r in rows if r.get("scheme", "floor") in stored_schemes(name)]
+        for name, rows in fresh["results"].items()
+    }
+    old = _compared({n: stored["results"].get(n, []) for n in fresh_results})
+    new = _compared(fresh_results)
+    for key in sorted(set(old) | set(new), key=repr):
+        name, group, field = key
+        where = f"{name}[{', '.join(f'{k}={v}' for k, v in group)}].{field}"
+        if key not in old or key not in new:
+            problems.append(f"{where}: only in {'fresh' if key in new else 'stored'}")
+            continue
+        a, b = old[key], new[key]
+        ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
+        if field == "floor":
+            if abs(ma - mb) > 1e-4:
+                problems.append(f"{where}: stored {ma:.4f} vs fresh {mb:.4f} (exact)")
+            continue
+        sd = _sd(a) if len(a) > 1 else _sd(b)
+        margin = tol["accuracy"] if field == "accuracy" else tol["loss"]
+        bound = tol["spread"] * sd * math.sqrt(1 / len(a) + 1 / len(b)) + margin
+        if abs(ma - mb) > bound:
+            problems.append(
+                f"{where}: stored mean {ma:.4f} ({len(a)} seeds) vs fresh {mb:.4f} "
+                f"({len(b)} seeds), allowed {bound:.4f}"
+            )
+    return problems
+
+
+def _sd(values) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
