@@ -14,7 +14,7 @@ import torch
 
 import posenc
 
-from .._checks import check_choice, check_int
+from .._checks import check_choice, check_float, check_int
 from .model import SCHEMES, TinyDecoder, check_scheme
 from .tasks import LanguageTask, RetrievalTask
 from .train import evaluate_loss, seed_for, train
@@ -50,6 +50,28 @@ class LabConfig:
     # scheme); a list equal to ``schemes`` is stored as ``None``, so that
     # ``dataclasses.replace(config, schemes=...)`` changes both
     passkey_schemes: tuple[str, ...] | None = None
+    # the sweeps (posenc.lab.sweeps): RoPE models trained at each base (the
+    # first one at ``rope_base`` is the ``extrapolation`` model), ALiBi models with
+    # every slope multiplied by each scale, YaRN's beta_fast at test time, and one
+    # RoPE model with ``wide_heads`` heads (a larger head dimension) at each base
+    rope_bases: tuple[float, ...] = (100.0, 1000.0, 10000.0)
+    alibi_slope_scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
+    yarn_betas: tuple[float, ...] = (32.0, 8.0, 2.0)
+    wide_heads: int = 1
+    # sliding-window evaluation (posenc.lab.curves): windows advance by this
+    # fraction of their length, scoring only the tokens they add
+    sliding_stride: float = 0.25
+    # multi-query associative recall (posenc.lab.recall): ``recall_pairs`` key-value
+    # pairs, trained ``recall_steps`` steps at L; scored at contexts
+    # ``recall_factors`` x L with the pairs more than L back; the needle grid puts one
+    # pair at each of ``needle_depths`` (fractions of the context) for contexts
+    # ``recall_factors`` x L
+    recall_steps: int = 3000
+    recall_pairs: int = 4
+    recall_factors: tuple[int, ...] = (1, 2, 4, 8)
+    recall_sequences: int = 256
+    recall_schemes: tuple[str, ...] = ()
+    needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     seed: int = 0
 
     def __post_init__(self):
@@ -58,7 +80,7 @@ class LabConfig:
         for name in (
             "train_len", "d_model", "layers", "heads", "steps", "batch", "eval_tokens",
             "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
-            "passkey_sequences",
+            "passkey_sequences", "wide_heads", "recall_steps", "recall_pairs", "recall_sequences",
         ):  # fmt: skip
             check_int(name, getattr(self, name), minimum=1)
         check_int("finetune_steps", self.finetune_steps, minimum=0)
@@ -69,8 +91,17 @@ class LabConfig:
             check_int("eval_factors", f, minimum=1) < 1 for f in self.eval_factors
         ):
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
-        for s in self.schemes + self.retrieval_schemes:
+        for s in self.schemes + self.retrieval_schemes + tuple(self.recall_schemes):
             check_scheme(s)
+        for name in ("rope_bases", "alibi_slope_scales", "yarn_betas", "needle_depths"):
+            for v in getattr(self, name):
+                check_float(name, v, positive=name != "needle_depths")
+        if not 0 < self.sliding_stride <= 1:
+            raise ValueError(f"sliding_stride must be in (0, 1], got {self.sliding_stride}")
+        if any(not 0 <= d <= 1 for d in self.needle_depths):
+            raise ValueError(f"needle_depths must lie in [0, 1], got {self.needle_depths}")
+        for f in self.recall_factors:
+            check_int("recall_factors", f, minimum=1)
 
     @property
     def retrieval_schemes(self) -> tuple[str, ...]:
@@ -80,7 +111,9 @@ class LabConfig:
     @property
     def table_len(self) -> int:
         """Rows of every learned table: the longest length any experiment evaluates."""
-        return self.train_len * max(max(self.eval_factors), self.passkey_factor, self.curse_factor)
+        return self.train_len * max(
+            max(self.eval_factors), self.passkey_factor, self.curse_factor, max(self.recall_factors)
+        )
 
     def to_dict(self) -> dict:
         """Every field, tuples as lists; ``passkey_schemes`` written out in full."""
