@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from . import DESCRIPTIONS, EXPERIMENTS, PRESETS, compare, load_results, run_all
+from .experiments import PRESET_EXPERIMENTS
 from .propositions import check, failures, format_verdicts
 from .train import peak_memory_mb
 
@@ -85,7 +86,11 @@ def main(argv=None) -> int:
     )
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
     p.add_argument(
-        "--experiments", type=_experiments, default=None, help="comma-separated; default: all"
+        "--experiments",
+        type=_experiments,
+        default=None,
+        help="comma-separated; default: the preset's (full: all but recall and needle_grid, "
+        "which are the recall preset's; smoke: all)",
     )
     p.add_argument("--seeds", type=_seeds, default=None, help="e.g. 0-4 or 0,3 (default: 0)")
     p.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
@@ -131,7 +136,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     out = run_all(
         config,
-        args.experiments,
+        args.experiments or PRESET_EXPERIMENTS[args.preset],
         seeds=seeds,
         jobs=args.jobs,
         device=args.device,

@@ -21,10 +21,13 @@ import torch
 
 import posenc
 
+from . import recall as _recall
 from .lab import ROPE_METHODS, Lab, loss_row, rope_scaling_for, rounded
 from .train import evaluate_accuracy, seed_for, train
 
-__all__ = ["DESCRIPTIONS", "EXPERIMENTS", "curse_batches", "curse_summary"]
+__all__ = [
+    "DESCRIPTIONS", "EXPERIMENTS", "PRESET_EXPERIMENTS", "curse_batches", "curse_summary"
+]  # fmt: skip
 
 
 # ------------------------------------------------------------------ experiments
@@ -289,4 +292,18 @@ DESCRIPTIONS = {
     "every scheme",
     "passkey": "retrieval accuracy by distance band at L and 8L (RoPE also with its scalings)",
     "injection": "input tables (sinusoidal, learned) at the input only or in every layer",
+}
+
+# the experiments of the other modules, in the order the chapter shows them
+for _module in (_recall,):
+    EXPERIMENTS.update(_module.EXPERIMENTS)
+    DESCRIPTIONS.update(_module.DESCRIPTIONS)
+
+#: What each preset runs by default (``python -m posenc.lab --preset P``): the
+#: recall task needs a longer training budget, so it is a preset of its own.
+RECALL_EXPERIMENTS = tuple(_recall.EXPERIMENTS)
+PRESET_EXPERIMENTS = {
+    "full": tuple(n for n in EXPERIMENTS if n not in RECALL_EXPERIMENTS),
+    "recall": RECALL_EXPERIMENTS,
+    "smoke": tuple(EXPERIMENTS),
 }

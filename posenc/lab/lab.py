@@ -16,7 +16,7 @@ import posenc
 
 from .._checks import check_choice, check_float, check_int
 from .model import SCHEMES, TinyDecoder, check_scheme
-from .tasks import LanguageTask, RetrievalTask
+from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_loss, seed_for, train
 
 __all__ = ["PRESETS", "ROPE_METHODS", "Lab", "LabConfig", "loss_row", "rope_scaling_for", "rounded"]
@@ -187,7 +187,8 @@ class Lab:
         self.device = torch.device(device)  # data is drawn on the CPU, models run here
         self.lm = LanguageTask()
         self.retrieval = RetrievalTask()
-        self._tasks = {"lm": self.lm, "passkey": self.retrieval}
+        self.recall = RecallTask(pairs=self.config.recall_pairs)
+        self._tasks = {"lm": self.lm, "passkey": self.retrieval, "recall": self.recall}
         self._models: dict = {}
 
     def model(self, task: str, scheme: str, inject: str = "input", **variant):
@@ -218,12 +219,12 @@ class Lab:
             model = TinyDecoder(data.vocab, scheme, c.train_len, **{**settings, **variant}).to(
                 self.device
             )
-            steps = {"lm": c.steps, "passkey": c.passkey_steps}.get(task)
+            steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps}[task]
             curve = train(
                 model,
                 data,
                 length=c.train_len,
-                steps=c.steps if steps is None else steps,
+                steps=steps,
                 batch=c.batch,
                 lr=c.lr,
                 seed=seed_for(c.seed, "data", *key),

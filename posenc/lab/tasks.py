@@ -9,17 +9,19 @@ A *task* turns a data source into ``(inputs, targets, weights)``:
 :class:`LanguageTask` predicts every next token of a :class:`CopyVocabSource`
 stream (position ``i`` predicts token ``i + 1``); :class:`RetrievalTask`
 scores only the last position, where the hidden value of a
-:class:`PasskeyTask` must be named.
+:class:`PasskeyTask` must be named; :class:`RecallTask` (multi-query
+associative recall, see :mod:`posenc.lab.recall`) scores every query of its
+final block.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .._checks import check_int
+from .._checks import check_float, check_int
 from .data import CopyVocabSource, PasskeyTask
 
-__all__ = ["LanguageTask", "RetrievalTask"]
+__all__ = ["LanguageTask", "RecallTask", "RetrievalTask"]
 
 
 class LanguageTask:
@@ -67,3 +69,153 @@ class RetrievalTask:
 
     def __repr__(self) -> str:
         return f"RetrievalTask({self.passkey!r})"
+
+
+class RecallTask:
+    """Key-value recall among fillers (see the module doc).
+
+    Parameters
+    ----------
+    pairs
+        Key-value pairs per sequence (``>= 1``).
+    keys, values
+        Numbers of key and value tokens (``keys >= pairs``, ``values >= 2``).
+        The fillers are value tokens too: a value is told from a filler only by
+        its position, right after its key.
+    rounds
+        How many times the query block asks for every key, each round in a
+        fresh order (``2 * pairs * rounds`` tokens).  Training scores every
+        round; from the second round on, the answer also sits in the block a
+        few tokens back, so those answers teach the same lookup at short range.
+        The evaluations score the first round only, whose answers lie before
+        the block.
+    """
+
+    def __init__(self, pairs: int = 4, keys: int = 16, values: int = 16, rounds: int = 2):
+        self.pairs = check_int("pairs", pairs, minimum=1)
+        self.keys = check_int("keys", keys, minimum=self.pairs)
+        self.values = check_int("values", values, minimum=2)
+        self.rounds = check_int("rounds", rounds, minimum=1)
+        self.vocab = self.keys + self.values
+        self.block = 2 * self.pairs * self.rounds  # tokens of the query block
+
+    # ------------------------------------------------------------------ pieces
+
+    def _draw(self, batch: int, g: torch.Generator):
+        """``(keys (batch, pairs), values (batch, pairs))``: distinct keys, independent values."""
+        keys = torch.rand(batch, self.keys, generator=g).argsort(1)[:, : self.pairs]
+        values = self.keys + torch.randint(self.values, (batch, self.pairs), generator=g)
+        return keys, values
+
+    def _fillers(self, batch: int, length: int, g: torch.Generator) -> torch.Tensor:
+        return self.keys + torch.randint(self.values, (batch, length), generator=g)
+
+    def _region(self, keys, values, length: int, g: torch.Generator) -> torch.Tensor:
+        """``(batch, length)`` fillers with the pairs ``k v`` at uniformly random places.
+
+        The region is a random order of ``pairs`` two-token items and
+        ``length - 2 pairs`` one-token fillers: choose which items are pairs,
+        and pair ``j`` (in order) starts at its item index plus ``j``.
+        """
+        batch, n = keys.shape
+        if length < 2 * n:
+            raise ValueError(f"length must be at least 2 * pairs = {2 * n}, got {length}")
+        tokens = self._fillers(batch, length, g)
+        if n == 0:
+            return tokens
+        items = length - n
+        starts = torch.rand(batch, items, generator=g).argsort(1)[:, :n].sort(1).values
+        starts = starts + torch.arange(n)
+        order = torch.rand(batch, n, generator=g).argsort(1)  # which pair goes where
+        rows = torch.arange(batch)[:, None]
+        tokens[rows, starts] = keys.gather(1, order)
+        tokens[rows, starts + 1] = values.gather(1, order)
+        return tokens
+
+    def _queries(self, keys, values, g: torch.Generator):
+        """``(block (batch, block), order (batch, pairs))``: ``rounds`` times every key then
+        its value, each round in a fresh order; ``order`` is the first round's."""
+        batch, n = keys.shape
+        rounds, order = [], None
+        for _ in range(self.rounds):
+            perm = torch.rand(batch, n, generator=g).argsort(1)
+            order = perm if order is None else order
+            rounds.append(torch.stack((keys.gather(1, perm), values.gather(1, perm)), 2))
+        return torch.cat(rounds, 1).reshape(batch, self.block), order
+
+    def _scored(self, tokens: torch.Tensor, mask: torch.Tensor):
+        """``(inputs, targets, weights)``: each query key predicts the value after it."""
+        targets = torch.zeros_like(tokens)
+        targets[:, :-1] = tokens[:, 1:]
+        return tokens, targets * mask, mask.to(torch.get_default_dtype())
+
+    # ------------------------------------------------------------------ samplers
+
+    def batch(self, batch: int, length: int, generator: torch.Generator):
+        """Training batch ``(inputs, targets, weights)``, each ``(batch, length)``.
+
+        Pairs anywhere in the first ``length - block`` tokens; ``weights`` is 1
+        at every query key of the final block (``pairs * rounds`` scored answers per row).
+        """
+        batch = check_int("batch", batch, minimum=1)
+        length = check_int("length", length, minimum=2 * self.pairs + self.block)
+        keys, values = self._draw(batch, generator)
+        region = self._region(keys, values, length - self.block, generator)
+        block, _ = self._queries(keys, values, generator)
+        tokens = torch.cat((region, block), 1)
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, -self.block :: 2] = True
+        return self._scored(tokens, mask)
+
+    def far_batch(self, batch: int, length: int, span: int, generator: torch.Generator):
+        """``(inputs, targets, weights)`` ``(batch, length)`` with every pair in
+        ``[length - 2 span, length - span)``: out of view in the last ``span`` tokens.
+
+        Needs ``span >= block`` (the region holds the pairs, the last
+        ``span`` tokens the query block) and ``length >= 2 span``; the first
+        round of queries is scored.
+        """
+        batch = check_int("batch", batch, minimum=1)
+        span = check_int("span", span, minimum=self.block)
+        length = check_int("length", length, minimum=2 * span)
+        keys, values = self._draw(batch, generator)
+        before = self._fillers(batch, length - 2 * span, generator)
+        region = self._region(keys, values, span, generator)
+        after = self._fillers(batch, span - self.block, generator)
+        block, _ = self._queries(keys, values, generator)
+        tokens = torch.cat((before, region, after, block), 1)
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, -self.block : -self.block + 2 * self.pairs : 2] = True
+        return self._scored(tokens, mask)
+
+    def needle_batch(self, batch: int, length: int, depth: float, generator: torch.Generator):
+        """``(inputs, targets, weights)`` ``(batch, length)``: the needle pair at ``depth``.
+
+        ``depth`` in ``[0, 1]`` places the needle's key at position
+        ``round(depth * (length - block - 2))``: 0 is the first token, 1 is
+        just before the query block.  The other ``pairs - 1`` pairs lie at
+        random elsewhere before the block; only the needle's query in the
+        first round is scored.
+        """
+        batch = check_int("batch", batch, minimum=1)
+        length = check_int("length", length, minimum=2 * self.pairs + self.block)
+        depth = check_float("depth", depth)
+        if not 0 <= depth <= 1:
+            raise ValueError(f"depth must lie in [0, 1], got {depth}")
+        keys, values = self._draw(batch, generator)
+        free = length - self.block - 2
+        region = self._region(keys[:, 1:], values[:, 1:], free, generator)
+        at = round(depth * free)
+        needle = torch.stack((keys[:, 0], values[:, 0]), 1)
+        block, order = self._queries(keys, values, generator)
+        tokens = torch.cat((region[:, :at], needle, region[:, at:], block), 1)
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        slot = (order == 0).int().argmax(1)  # where the needle's key is queried
+        mask[torch.arange(batch), length - self.block + 2 * slot] = True
+        return self._scored(tokens, mask)
+
+    def __repr__(self) -> str:
+        return (
+            f"RecallTask(pairs={self.pairs}, keys={self.keys}, values={self.values}, "
+            f"rounds={self.rounds})"
+        )
