@@ -246,3 +246,15 @@ def test_yarn_split_with_huge_betas_keeps_every_pair_as_the_reference_code_does(
     # clamped to 0 and the end below it: the ramp is inverted and every pair is kept.
     split = sweeps.yarn_split(16, 100.0, 32, 4, beta_fast=1e6, beta_slow=1e5)
     torch.testing.assert_close(split, torch.ones(8, dtype=torch.float64), rtol=1e-12, atol=0)
+
+
+def test_yarn_split_ignores_beta_fast_above_the_fastest_pairs_turns():
+    # at L = 32 the fastest pair (omega_0 = 1) makes 32 / (2 pi) = 5.09 turns whatever the
+    # base and head dimension: every beta_fast above that clamps the ramp's start to pair 0
+    for dim, base in ((16, 100.0), (64, 100.0), (16, 10000.0)):
+        at_32 = sweeps.yarn_split(dim, base, 32, 4, beta_fast=32.0)
+        assert torch.equal(at_32, sweeps.yarn_split(dim, base, 32, 4, beta_fast=5.2))
+        assert at_32[0].item() == 1.0  # pair 0 kept, though it makes fewer than 32 turns
+    # below it the ramp starts later: pair 1 (2.86 turns over L) is kept
+    low = sweeps.yarn_split(16, 100.0, 32, 4, beta_fast=2.0)
+    assert low[1].item() == 1.0 and sweeps.yarn_split(16, 100.0, 32, 4)[1].item() > 1.3
