@@ -21,7 +21,9 @@ import torch
 
 import posenc
 
+from . import curves as _curves
 from . import recall as _recall
+from . import sweeps as _sweeps
 from .lab import ROPE_METHODS, Lab, loss_row, rope_scaling_for, rounded
 from .train import evaluate_accuracy, seed_for, train
 
@@ -295,7 +297,7 @@ DESCRIPTIONS = {
 }
 
 # the experiments of the other modules, in the order the chapter shows them
-for _module in (_recall,):
+for _module in (_curves, _sweeps, _recall):
     EXPERIMENTS.update(_module.EXPERIMENTS)
     DESCRIPTIONS.update(_module.DESCRIPTIONS)
 

@@ -52,11 +52,12 @@ class LabConfig:
     passkey_schemes: tuple[str, ...] | None = None
     # the sweeps (posenc.lab.sweeps): RoPE models trained at each base (the
     # first one at ``rope_base`` is the ``extrapolation`` model), ALiBi models with
-    # every slope multiplied by each scale, YaRN's beta_fast at test time, and one
+    # every slope multiplied by each scale, YaRN's beta_fast at test time (at L = 32 no
+    # pair turns more than 5.1 times, so every beta_fast above that gives 32's split), and one
     # RoPE model with ``wide_heads`` heads (a larger head dimension) at each base
     rope_bases: tuple[float, ...] = (100.0, 1000.0, 10000.0)
     alibi_slope_scales: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
-    yarn_betas: tuple[float, ...] = (32.0, 8.0, 2.0)
+    yarn_betas: tuple[float, ...] = (32.0, 4.0, 2.0, 1.5)
     wide_heads: int = 1
     # sliding-window evaluation (posenc.lab.curves): windows advance by this
     # fraction of their length, scoring only the tokens they add
