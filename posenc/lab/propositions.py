@@ -13,7 +13,12 @@ and the same for every proposition:
 
 The threshold is 0 ("the interval excludes 0") or a minimum effect stated
 with the claim (0.1 nats for "breaks", 0.5 for "most of", 0.9 and 0.5 for
-accuracies), never a number fitted to the results.  ``stated`` says what the
+accuracies, 0.25 above chance for "recalls"), never a number fitted to the results.
+
+The recall task's outcome is bimodal (a model learns it or stays on a
+guessing plateau), so its propositions are stated for the seeds whose model
+learned it (:func:`posenc.lab.recall.learned_seeds` counts them): a seed that
+did not learn gives no value, and fewer than 2 values is *inconclusive*.  ``stated`` says what the
 chapter asserts: ``"holds"`` for a claim it states as true (``python -m
 posenc.lab --check`` exits non-zero when one of those does not hold),
 ``None`` for a question it only reports on.
@@ -28,7 +33,9 @@ from collections.abc import Callable
 from .experiments import curse_summary
 from .stats import t_interval
 
-__all__ = ["PROPOSITIONS", "Proposition", "check", "failures", "t_interval"]
+__all__ = [
+    "PROPOSITIONS", "RECALL_PROPOSITIONS", "Proposition", "check", "failures", "t_interval"
+]  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +45,9 @@ class Proposition:
     name: str
     claim: str
     statistic: str
-    compute: Callable[[dict, int], float]  # (results, seed) -> statistic of that seed
+    # (results, seed) -> statistic of that seed, or None to leave the seed out (the
+    # recall propositions are about the seeds whose model learned the task)
+    compute: Callable[[dict, int], float | None]
     threshold: float = 0.0
     stated: str | None = "holds"
 
@@ -90,6 +99,49 @@ def _growth(res, seed, scheme, factor):
 
 def _top(res):
     return max(r["factor"] for r in res["extrapolation"])
+
+
+def _sliding(res, seed, scheme, factor, window):
+    return _row(res["sliding"], seed, scheme=scheme, factor=factor, window=window)["loss"]
+
+
+def _base_excess(res, seed, head_dim, method, factor=4, base=None):
+    """Excess of the ``rope_base`` row; ``base`` defaults to the smallest (the lab's)."""
+    rows = res["rope_base"]
+    base = min(r["base"] for r in rows) if base is None else base
+    return _row(rows, seed, base=base, head_dim=head_dim, method=method, factor=factor)["excess"]
+
+
+def _head_dim(res, pick):
+    return pick(r["head_dim"] for r in res["rope_base"])
+
+
+def _slope_excess(res, seed, scale, factor):
+    return _row(res["alibi_slopes"], seed, scale=scale, factor=factor)["excess"]
+
+
+def _recall(res, seed, scheme, factor):
+    return _row(res["recall"], seed, scheme=scheme, factor=factor)
+
+
+def _learned(res, seed, scheme):
+    return _recall(res, seed, scheme.split(":")[0], 0)["learned"] == 1.0
+
+
+def _far_recall(scheme, factor):
+    """Recall accuracy above chance at context ``factor L``, for seeds that learned."""
+
+    def compute(res, seed):
+        if not _learned(res, seed, scheme):
+            return None
+        row = _recall(res, seed, scheme, factor)
+        return row["accuracy"] - row["chance"]
+
+    return compute
+
+
+def _recall_schemes(res):
+    return sorted({r["scheme"] for r in res.get("recall", []) if r["factor"] == 0})
 
 
 def _mean(xs):
@@ -219,7 +271,123 @@ PROPOSITIONS = (
         ),
         stated=None,
     ),
+    Proposition(
+        "sliding-helps-at-L",
+        "With windows of L, a sliding window (every token with at least 3L/4 of context) "
+        "scores ALiBi better than non-overlapping windows on the same tokens.",
+        "l_nonoverlapping(L) - l_sliding(L), ALiBi",
+        lambda r, s: (
+            _sliding(r, s, "alibi", 1, "nonoverlapping") - _sliding(r, s, "alibi", 1, "sliding")
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "sliding-hurts-rope-far",
+        "With windows of 16L, RoPE scores the same tokens worse with a sliding window "
+        "(every token with at least 12L of context) than with non-overlapping windows.",
+        "l_sliding(16L) - l_nonoverlapping(16L), RoPE",
+        lambda r, s: (
+            _sliding(r, s, "rope", _top(r), "sliding")
+            - _sliding(r, s, "rope", _top(r), "nonoverlapping")
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "sliding-alibi-far",
+        "With windows of 16L, ALiBi scores the same tokens better with a sliding window "
+        "than with non-overlapping windows (more context helps it, a little).",
+        "l_nonoverlapping(16L) - l_sliding(16L), ALiBi",
+        lambda r, s: (
+            _sliding(r, s, "alibi", _top(r), "nonoverlapping")
+            - _sliding(r, s, "alibi", _top(r), "sliding")
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "ntk-beats-yarn-narrow-head",
+        "At the lab's RoPE (base 100, head_dim 16) NTK-aware scaling beats YaRN at 4L "
+        "without fine-tuning.",
+        "e_yarn(4L) - e_ntk(4L), head_dim 16",
+        lambda r, s: (
+            _base_excess(r, s, _head_dim(r, min), "yarn")
+            - _base_excess(r, s, _head_dim(r, min), "ntk")
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "wide-head-yarn-beats-ntk",
+        "With one head of dimension 64 (base 100), YaRN beats NTK-aware scaling at 4L "
+        "(the YaRN paper's order).",
+        "e_ntk(4L) - e_yarn(4L), head_dim 64",
+        lambda r, s: (
+            _base_excess(r, s, _head_dim(r, max), "ntk")
+            - _base_excess(r, s, _head_dim(r, max), "yarn")
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "large-base-yarn-beats-ntk",
+        "At base 10^4 (head_dim 16), YaRN beats NTK-aware scaling at 4L.",
+        "e_ntk(4L) - e_yarn(4L), base 10^4",
+        lambda r, s: (
+            _base_excess(r, s, _head_dim(r, min), "ntk", base=10000.0)
+            - _base_excess(r, s, _head_dim(r, min), "yarn", base=10000.0)
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "large-base-breaks-less",
+        "Plain RoPE at base 10^4 grows less from L to 4L than at base 100.",
+        "Delta_4L(base 100) - Delta_4L(base 10^4), head_dim 16",
+        lambda r, s: (
+            (
+                _base_excess(r, s, _head_dim(r, min), "none")
+                - _base_excess(r, s, _head_dim(r, min), "none", factor=1)
+            )
+            - (
+                _base_excess(r, s, _head_dim(r, min), "none", base=10000.0)
+                - _base_excess(r, s, _head_dim(r, min), "none", factor=1, base=10000.0)
+            )
+        ),
+        stated=None,
+    ),
+    Proposition(
+        "gentle-alibi-slopes-worse",
+        "ALiBi with every slope divided by 4 has a larger excess at 16L than the paper's slopes.",
+        "e_(1/4)(16L) - e_1(16L)",
+        lambda r, s: _slope_excess(r, s, 0.25, _top(r)) - _slope_excess(r, s, 1.0, _top(r)),
+        stated=None,
+    ),
+    Proposition(
+        "steep-alibi-slopes-worse",
+        "ALiBi with every slope multiplied by 4 has a larger excess at 16L than the paper's "
+        "slopes.",
+        "e_4(16L) - e_1(16L)",
+        lambda r, s: _slope_excess(r, s, 4.0, _top(r)) - _slope_excess(r, s, 1.0, _top(r)),
+        stated=None,
+    ),
 )
+
+#: Recall propositions, per scheme of the recall preset: each is about the seeds whose
+#: model learned the task (see the module doc), with a stated minimum effect of 0.25
+#: above chance.
+RECALL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple")
+
+RECALL_PROPOSITIONS = tuple(
+    Proposition(
+        f"recall-{scheme}-{label}",
+        f"{scheme}: among seeds that learned recall at L, accuracy on pairs L to 2L back, "
+        f"shown {label} tokens, is more than 0.25 above chance.",
+        f"accuracy({label}) - chance, learned seeds",
+        _far_recall(scheme, factor),
+        0.25,
+        stated=None,
+    )
+    for scheme in RECALL_SCHEMES
+    for factor, label in ((2, "2L"), (8, "8L"))
+)
+
+PROPOSITIONS = PROPOSITIONS + RECALL_PROPOSITIONS
 
 
 def check(results: dict, propositions=PROPOSITIONS) -> list[dict]:
@@ -229,18 +397,20 @@ def check(results: dict, propositions=PROPOSITIONS) -> list[dict]:
     (one per seed, in seed order), ``mean``, ``lo``, ``hi`` (the 95%
     t-interval over seeds), ``threshold``, ``verdict`` (``"holds"``,
     ``"fails"`` or ``"inconclusive"``, by the rule of the module doc),
-    ``stated`` and ``seeds``.  A proposition whose rows are missing (an
-    experiment not run) is left out.
+    ``stated`` and ``seeds`` (how many values: a proposition about the seeds
+    whose recall model learned the task counts those only).  A proposition
+    whose rows are missing (an experiment not run) is left out.
     """
     res = results.get("results", results)
     seeds = sorted({r["seed"] for rows in res.values() for r in rows if "seed" in r}) or [None]
     out = []
     for p in propositions:
         try:
-            values = [round(float(p.compute(res, s)), 4) for s in seeds]
+            values = [p.compute(res, s) for s in seeds]
         except KeyError:
             continue
-        mean, lo, hi = t_interval(values)
+        values = [round(float(v), 4) for v in values if v is not None]
+        mean, lo, hi = t_interval(values) if values else (math.nan,) * 3
         if len(values) < 2 or any(math.isnan(v) for v in values):
             verdict = "inconclusive"
         elif lo > p.threshold:
