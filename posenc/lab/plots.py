@@ -204,6 +204,294 @@ def injection(results):
     return fig
 
 
+# ------------------------------------------------------------------ the later experiments
+
+
+def _summary(rows, *keys):
+    """:func:`summarize` grouped also by ``keys``: fields like ``base`` or ``depth`` are
+    floats, which ``summarize`` would average over instead of keeping apart."""
+    out = []
+    for values in dict.fromkeys(tuple(r[k] for k in keys) for r in rows):
+        group = [r for r in rows if tuple(r[k] for k in keys) == values]
+        out += [{**s, **dict(zip(keys, values, strict=True))} for s in summarize(group)]
+    return out
+
+
+def _grid(plt, count, cols, width, height, **kw):
+    """``count`` panels, ``cols`` to a row; unused panels hidden: ``(fig, axes)``, axes 2-D."""
+    cols = min(cols, count)
+    nrows = -(-count // cols)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(width, 0.6 + height * nrows), squeeze=False, **kw
+    )
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _above_floor(rows, *keys):
+    """Per-seed ``loss - floor`` as ``gap``, summarized (grouped also by ``keys``)."""
+    return _summary([{**r, "gap": r["loss"] - r["floor"]} for r in rows], *keys)
+
+
+def _log_if_wide(ax, rows, y):
+    """A log y axis when the band spans more than a decade (and stays above 0)."""
+    lo, hi = min(r[f"{y}_lo"] for r in rows), max(r[f"{y}_hi"] for r in rows)
+    if lo > 0 and hi > 10 * lo:
+        ax.set_yscale("log")
+
+
+def positions(results):
+    """Loss by position in the context, one panel per evaluation length."""
+    plt = _plt()
+    raw = results["positions"]
+    rows = summarize(raw)
+    train_len = min(r["length"] for r in rows)
+    factors = sorted({r["factor"] for r in rows})
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, axes = _grid(plt, len(factors), 3, 11, 3.2, sharey=True)
+    for ax, f in zip(axes.flat, factors, strict=False):
+        for scheme in schemes:
+            _band(ax, _pick(rows, scheme=scheme, factor=f), "start", "loss", label=scheme, lw=1.2)
+        rs = _pick(rows, scheme=schemes[0], factor=f)
+        ax.plot([r["start"] for r in rs], [r["floor"] for r in rs], "k--", label="entropy floor")
+        ax.axvline(train_len, color="k", ls=":", lw=1)
+        ax.set(
+            title=f"inputs of {_context(f)} = {f * train_len}",
+            xlabel="position (start of its bin)",
+        )
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss (nats/token)")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="center right", fontsize=8)
+    fig.suptitle(
+        f"Loss by position (dotted: L; mean of {_seeds(raw)} seeds, 95% band)", fontsize=11
+    )
+    fig.tight_layout(rect=(0, 0, 0.85, 1))  # room for the legend on the right
+    return fig
+
+
+def sliding(results):
+    """Loss above the floor, non-overlapping windows (solid) against a sliding window (dashed)."""
+    plt = _plt()
+    raw = results["sliding"]
+    rows = _above_floor(raw)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    colours = {}
+    for scheme in dict.fromkeys(r["scheme"] for r in rows):
+        for window, ls in (("nonoverlapping", "-"), ("sliding", "--")):
+            line = _band(ax, _pick(rows, scheme=scheme, window=window), "length", "gap",
+                         color=colours.get(scheme), ls=ls, marker="o", ms=3)  # fmt: skip
+            colours[scheme] = line.get_color()
+    handles = [plt.Line2D([], [], color=c, label=s) for s, c in colours.items()]
+    handles += [plt.Line2D([], [], color="k", ls=ls, label=w)
+                for w, ls in (("non-overlapping", "-"), ("sliding", "--"))]  # fmt: skip
+    ax.set_xscale("log", base=2)
+    _log_if_wide(ax, rows, "gap")
+    ax.set(
+        xlabel="evaluation window (tokens)",
+        ylabel="loss above the entropy floor (nats)",
+        title=f"Windows over the same streams (mean of {_seeds(raw)} seeds, 95% band)",
+    )
+    ax.legend(handles=handles, ncol=2, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _bars(ax, rows, groups, members, key, label):
+    """Grouped bars of ``excess`` with 95% error bars: one group per ``groups`` value."""
+    width = 0.8 / len(members)
+    for j, m in enumerate(members):
+        rs = [_pick(rows, **{key: g, label: m}) for g in groups]
+        xs = [i + (j - (len(members) - 1) / 2) * width for i, r in enumerate(rs) if r]
+        rs = [r[0] for r in rs if r]
+        ax.bar(
+            xs, [r["excess"] for r in rs], width,
+            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
+                  [r["excess_hi"] - r["excess"] for r in rs]],
+            capsize=2, label=m,
+        )  # fmt: skip
+
+
+def rope_base(results):
+    """Per head dimension: plain RoPE's excess by length per base, and NTK against YaRN."""
+    plt = _plt()
+    raw = results["rope_base"]
+    rows = _summary(raw, "base")
+    dims = sorted({r["head_dim"] for r in rows})
+    bases = sorted({r["base"] for r in rows})
+    factors = sorted({r["factor"] for r in rows if r["factor"] > 1})
+    at = 4 if 4 in factors else max(factors, default=1)
+    fig, axes = plt.subplots(len(dims), 2, figsize=(10, 0.6 + 3.2 * len(dims)), squeeze=False)
+    for (left, right), dim in zip(axes, dims, strict=True):
+        for base in bases:
+            _band(left, _pick(rows, head_dim=dim, base=base, method="none"), "length", "excess",
+                  label=f"base {base:g}", marker="o", ms=3)  # fmt: skip
+        left.set_xscale("log", base=2)
+        left.set(xlabel="evaluation length (tokens)", ylabel="excess loss (nats)",
+                 title=f"plain RoPE, head dim {dim}")  # fmt: skip
+        left.legend(fontsize=8)
+        _bars(right, _pick(rows, head_dim=dim, factor=at), bases, ("ntk", "yarn"), "base", "method")
+        right.set_xticks(range(len(bases)), [f"{b:g}" for b in bases])
+        right.set(xlabel="RoPE base", ylabel="excess loss (nats)",
+                  title=f"NTK and YaRN at {at}L, head dim {dim}")  # fmt: skip
+        right.legend(fontsize=8)
+    fig.suptitle(
+        f"RoPE base and head dimension (mean of {_seeds(raw)} seeds, 95% band / error bar)",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def alibi_slopes(results):
+    """ALiBi's excess loss by length, one line per slope scale."""
+    plt = _plt()
+    raw = results["alibi_slopes"]
+    rows = _summary(raw, "scale")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for scale in sorted({r["scale"] for r in rows}):
+        _band(ax, _pick(rows, scale=scale), "length", "excess", label=f"slopes x {scale:g}",
+              marker="o", ms=3)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    _log_if_wide(ax, rows, "excess")
+    ax.set(
+        xlabel="evaluation length (tokens)",
+        ylabel="loss above the entropy floor (nats)",
+        title=f"ALiBi slope scale (mean of {_seeds(raw)} seeds, 95% band)",
+    )
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def yarn_sweep(results):
+    """YaRN's excess loss by length for each ``beta_fast``, NTK beside it.
+
+    Error bars rather than bands, spread sideways: several ``beta_fast`` can
+    give the same scaling (``posenc.lab.sweeps.yarn_split``), and their
+    curves would hide each other."""
+    plt = _plt()
+    raw = results["yarn_sweep"]
+    rows = _summary(raw, "method", "beta_fast")
+    variants = list(dict.fromkeys((r["method"], r["beta_fast"]) for r in rows))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (method, beta) in enumerate(variants):
+        rs = _pick(rows, method=method, beta_fast=beta)
+        shift = 2 ** ((i - (len(variants) - 1) / 2) * 0.03)
+        ax.errorbar(
+            [r["length"] * shift for r in rs], [r["excess"] for r in rs],
+            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
+                  [r["excess_hi"] - r["excess"] for r in rs]],
+            marker="o", ms=4, capsize=2, ls="--" if method == "ntk" else "-",
+            label="NTK" if method == "ntk" else f"YaRN, beta_fast {beta:g}",
+        )  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set(
+        xlabel="evaluation length (tokens)",
+        ylabel="loss above the entropy floor (nats)",
+        title=f"YaRN's beta_fast at test time ({_seeds(raw)} seeds, 95% t-interval)",
+    )
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _context(factor):
+    return "L, in view" if factor == 0 else ("L" if factor == 1 else f"{factor}L")
+
+
+def recall(results):
+    """Every seed's recall accuracy by context, filled where that seed's model learned the task.
+
+    Outcomes are bimodal (a model learns the task or stays near chance), so a
+    mean over all seeds would describe no model: the short bar is the mean
+    over the seeds that learned.  ``rope:<method>`` rows (RoPE with a scaling)
+    share the RoPE panel, side by side within each context."""
+    plt = _plt()
+    raw = results["recall"]
+    learned = {(r["scheme"], r["seed"]): r["learned"] == 1 for r in raw if r["factor"] == 0}
+    factors = sorted({r["factor"] for r in raw})
+    base = [s for s in dict.fromkeys(r["scheme"] for r in raw) if ":" not in s]
+    seeds = list(dict.fromkeys(r["seed"] for r in raw))
+    fig, axes = _grid(plt, len(base), 2, 10, 3.4, sharey=True)
+    for ax, scheme in zip(axes.flat, base, strict=False):
+        names = [scheme] + [n for n in dict.fromkeys(r["scheme"] for r in raw)
+                            if n.startswith(scheme + ":")]  # fmt: skip
+        colour = {n: f"C{j}" for j, n in enumerate(names)}
+        for i, f in enumerate(factors):
+            here = [n for n in names if _pick(raw, scheme=n, factor=f)]  # centred at each tick
+            width = 0.8 / max(1, len(here))
+            for j, name in enumerate(here):
+                x = i + (j - (len(here) - 1) / 2) * width
+                for k, seed in enumerate(seeds):
+                    good = learned.get((scheme, seed), False)
+                    jitter = (k - (len(seeds) - 1) / 2) * 0.6 * width / max(1, len(seeds) - 1)
+                    ax.scatter(
+                        [x + jitter for _ in _pick(raw, scheme=name, factor=f, seed=seed)],
+                        [r["accuracy"] for r in _pick(raw, scheme=name, factor=f, seed=seed)],
+                        s=18, zorder=3, edgecolors=colour[name],
+                        facecolors=colour[name] if good else "none",
+                    )  # fmt: skip
+                accs = [r["accuracy"] for r in _pick(raw, scheme=name, factor=f)
+                        if learned.get((scheme, r["seed"]), False)]  # fmt: skip
+                if accs:
+                    ax.plot([x - width / 2, x + width / 2], [sum(accs) / len(accs)] * 2,
+                            color=colour[name], lw=2)  # fmt: skip
+        ax.axhline(raw[0]["chance"], color="gray", ls="--", lw=1)
+        ax.set_xticks(range(len(factors)), [_context(f) for f in factors])
+        got = sum(learned.get((scheme, s), False) for s in seeds)
+        ax.set(
+            title=f"{scheme} ({got} of {len(seeds)} seeds learned)",
+            ylim=(-0.05, 1.25),  # room above 1 for the legend
+            yticks=[0, 0.25, 0.5, 0.75, 1],
+            xlabel="context (tokens kept before the queries)",
+        )
+        if len(names) > 1:
+            handles = [plt.Line2D([], [], color=colour[n], marker="o", ls="",
+                                  label=n.split(":")[-1] if ":" in n else "plain")
+                       for n in names]  # fmt: skip
+            ax.legend(handles=handles, fontsize=8, ncol=len(names), loc="upper right")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("recall accuracy")
+    fig.suptitle(
+        "Recall with every pair L to 2L back (points: seeds, filled if that model learned "
+        "the task; bar: mean of those; dashed: chance)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def needle_grid(results):
+    """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme."""
+    plt = _plt()
+    raw = results["needle_grid"]
+    rows = _summary(raw, "depth")
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    depths = sorted({r["depth"] for r in rows})
+    factors = sorted({r["factor"] for r in rows})
+    fig, axes = _grid(plt, len(schemes), 3, 3.4 * min(3, len(schemes)) + 1, 3.2)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
+        grid = [[float("nan")] * len(factors) for _ in depths]
+        for r in _pick(rows, scheme=scheme):
+            grid[depths.index(r["depth"])][factors.index(r["factor"])] = r["accuracy"]
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        for i, line in enumerate(grid):
+            for j, v in enumerate(line):
+                if v == v:  # not NaN: the model reaches that length
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                            color="k" if v > 0.5 else "w")  # fmt: skip
+        ax.set_xticks(range(len(factors)), [_context(f) for f in factors])
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        ax.set(title=scheme, xlabel="context length")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("needle depth (of the context)")
+    fig.suptitle(f"Needle recall by depth and length (mean of {_seeds(raw)} seeds)", fontsize=11)
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
+    return fig
+
+
 FIGURES = {
     "training": training,
     "extrapolation": extrapolation,
@@ -211,4 +499,11 @@ FIGURES = {
     "early_tokens": early_tokens,
     "passkey": passkey,
     "injection": injection,
+    "positions": positions,
+    "sliding": sliding,
+    "rope_base": rope_base,
+    "alibi_slopes": alibi_slopes,
+    "yarn_sweep": yarn_sweep,
+    "recall": recall,
+    "needle_grid": needle_grid,
 }

@@ -1,0 +1,157 @@
+"""posenc.lab.plots: a figure for every experiment, drawn from rows of a real (tiny) run."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+import posenc.lab
+from posenc.lab.recall import learned_seeds
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from posenc.lab import plots  # noqa: E402
+
+# every experiment at the smallest sizes that still give each figure all its parts
+# (two seeds: intervals; two bases, scales and betas: one line each; RoPE in recall: rope:*)
+CONFIG = dataclasses.replace(
+    posenc.lab.PRESETS["smoke"],
+    steps=4,
+    passkey_steps=4,
+    recall_steps=4,
+    finetune_steps=2,
+    schemes=("rope", "alibi", "sinusoidal"),
+    recall_schemes=("rope", "alibi"),
+    recall_pairs=1,
+    recall_factors=(1, 2, 4),
+    rope_bases=(100.0, 1000.0),
+    alibi_slope_scales=(0.5, 1.0),
+    yarn_betas=(32.0, 2.0),
+    curse_sequences=8,
+    passkey_sequences=8,
+    recall_sequences=8,
+    eval_tokens=64,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # tiny models: at 2 threads on a busy 2-core machine each matmul waits for the other core
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def results():
+    return posenc.lab.run_all(CONFIG, seeds="0-1")["results"]
+
+
+def _drawn(fig) -> int:
+    """How many axes of ``fig`` hold data: lines, collections (bands, points) or images."""
+    return sum(bool(ax.lines or ax.collections or ax.images) for ax in fig.axes)
+
+
+def test_every_experiment_has_a_figure():
+    assert set(posenc.lab.EXPERIMENTS) <= set(plots.FIGURES)
+
+
+@pytest.mark.parametrize("seeds", [(0, 1), (0,)], ids=["two-seeds", "one-seed"])
+@pytest.mark.parametrize("name", list(posenc.lab.EXPERIMENTS))
+def test_figure_draws_its_experiment_alone(results, name, seeds):
+    # the CLI draws FIGURES[name] for the experiments it ran: the figure needs only its own rows
+    rows = [r for r in results[name] if r["seed"] in seeds]
+    assert rows
+    fig = plots.FIGURES[name]({name: rows})
+    try:
+        assert isinstance(fig, Figure)
+        assert _drawn(fig) >= 1
+    finally:
+        plt.close(fig)
+
+
+def test_float_keys_stay_apart(results):
+    # summarize averages float fields, and base, scale, beta_fast and depth are floats:
+    # the figures' grouping keeps one mean per value, equal to the mean over seeds
+    raw = results["rope_base"]
+    rows = plots._summary(raw, "base")
+    assert {r["base"] for r in rows} == set(CONFIG.rope_bases)
+    for r in rows:
+        same = [
+            x["excess"]
+            for x in raw
+            if (x["base"], x["head_dim"], x["method"], x["factor"])
+            == (r["base"], r["head_dim"], r["method"], r["factor"])
+        ]
+        assert r["seeds"] == len(same) == 2
+        assert r["excess"] == pytest.approx(math.fsum(same) / 2, abs=1e-12)
+
+
+def test_rope_base_draws_one_line_per_base(results):
+    fig = plots.rope_base(results)
+    try:
+        left = [ax for ax in fig.axes if ax.get_title().startswith("plain RoPE")]
+        assert len(left) == len({r["head_dim"] for r in results["rope_base"]})
+        for ax in left:
+            labels = [line.get_label() for line in ax.lines]
+            assert labels == [f"base {b:g}" for b in CONFIG.rope_bases]
+    finally:
+        plt.close(fig)
+
+
+def test_recall_titles_count_the_seeds_that_learned(results):
+    counts = learned_seeds(results["recall"])  # the recall module's own count
+    fig = plots.recall(results)
+    try:
+        titles = {ax.get_title() for ax in fig.axes if ax.get_visible()}
+        assert titles == {
+            f"{s} ({got} of {total} seeds learned)" for s, (got, total) in counts.items()
+        }
+    finally:
+        plt.close(fig)
+
+
+def test_recall_fills_exactly_the_points_of_seeds_that_learned(results):
+    raw = results["recall"]
+    learned = {(r["scheme"], r["seed"]) for r in raw if r["factor"] == 0 and r["learned"] == 1}
+    expected = sum((r["scheme"].split(":")[0], r["seed"]) in learned for r in raw)
+    fig = plots.recall(results)
+    try:
+        filled = hollow = 0
+        for ax in fig.axes:
+            for points in ax.collections:
+                n = len(points.get_offsets())
+                if points.get_facecolors().size and points.get_facecolors()[0, 3] > 0:
+                    filled += n
+                else:
+                    hollow += n
+        assert (filled, filled + hollow) == (expected, len(raw))
+    finally:
+        plt.close(fig)
+
+
+def test_needle_grid_cells_are_the_mean_over_seeds(results):
+    raw = results["needle_grid"]
+    fig = plots.needle_grid(results)
+    try:
+        for ax in [a for a in fig.axes if a.images]:
+            shown = sorted(float(t.get_text()) for t in ax.texts)
+            cells = {(r["factor"], r["depth"]) for r in raw if r["scheme"] == ax.get_title()}
+            means = [
+                math.fsum(
+                    r["accuracy"]
+                    for r in raw
+                    if (r["scheme"], r["factor"], r["depth"]) == (ax.get_title(), *cell)
+                )
+                / 2
+                for cell in cells
+            ]
+            assert shown == pytest.approx(sorted(means), abs=0.0051)  # printed to 2 decimals
+            assert len(shown) == len(CONFIG.recall_factors) * len(CONFIG.needle_depths)
+    finally:
+        plt.close(fig)
