@@ -19,7 +19,7 @@ from .lab import PRESETS, Lab, LabConfig
 from .stats import t_interval
 from .train import peak_memory_mb
 
-__all__ = ["TOLERANCE", "compare", "parse_seeds", "run_all", "summarize"]
+__all__ = ["SETTINGS", "TOLERANCE", "compare", "parse_seeds", "run_all", "summarize"]
 
 
 def parse_seeds(text) -> list[int]:
@@ -129,15 +129,24 @@ def run_all(
     return {"config": configs[0].to_dict(), "seeds": seeds, "results": results, "meta": meta}
 
 
+#: Float fields that are settings, not measurements: they name an observation (the
+#: RoPE base, the ALiBi slope scale, YaRN's beta_fast, the needle's depth).
+SETTINGS = ("base", "scale", "beta_fast", "depth")
+
+
 def _group_key(row: dict) -> tuple:
-    """The fields that name an observation: every non-float field except ``seed``."""
+    """The fields that name an observation: every non-float field and every setting
+    (:data:`SETTINGS`), except ``seed``."""
     return tuple(
-        (k, v) for k, v in row.items() if k != "seed" and v is not None and not isinstance(v, float)
+        (k, v)
+        for k, v in row.items()
+        if k != "seed" and v is not None and (k in SETTINGS or not isinstance(v, float))
     )
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Rows averaged over seeds: each float field ``x`` becomes ``x`` (mean),
+    """Rows averaged over seeds: each float field ``x`` (a measurement, not one of
+    :data:`SETTINGS`) becomes ``x`` (mean),
     ``x_lo`` and ``x_hi`` (a 95% t-interval over the seeds where it is defined, not
     ``None``; equal to the mean for one seed), plus ``seeds`` (how many rows)."""
     groups: dict = {}
@@ -146,7 +155,9 @@ def summarize(rows: list[dict]) -> list[dict]:
     out = []
     for key, rs in groups.items():
         row = dict(key)
-        fields = dict.fromkeys(k for r in rs for k, v in r.items() if isinstance(v, float))
+        fields = dict.fromkeys(
+            k for r in rs for k, v in r.items() if isinstance(v, float) and k not in SETTINGS
+        )
         for k in fields:
             vals = [r[k] for r in rs if isinstance(r.get(k), float)]  # None: undefined there
             mean, lo, hi = t_interval(vals)
