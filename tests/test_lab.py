@@ -224,20 +224,25 @@ def test_compare_is_statistical_and_catches_drift(smoke_run):
     assert compare(stored, other) == ["configs differ"]
 
 
-def test_stored_full_results_belong_to_the_current_full_preset():
-    stored = load_results("full")
-    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(PRESETS["full"], seed=0)
+@pytest.mark.parametrize("preset", ["full", "recall"])
+def test_stored_results_belong_to_the_current_preset(preset):
+    from posenc.lab.experiments import PRESET_EXPERIMENTS
+
+    stored = load_results(preset)
+    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(PRESETS[preset], seed=0)
     assert stored["seeds"] == [0, 1, 2, 3, 4]
-    assert set(stored["results"]) == set(lab.EXPERIMENTS)
+    assert set(stored["results"]) == set(PRESET_EXPERIMENTS[preset])
     for name, rows in stored["results"].items():
         assert {r["seed"] for r in rows} == set(stored["seeds"]), name
-    ext = stored["results"]["extrapolation"]
-    assert len(ext) == 5 * len(PRESETS["full"].schemes) * len(PRESETS["full"].eval_factors)
+    if preset == "full":
+        ext = stored["results"]["extrapolation"]
+        assert len(ext) == 5 * len(PRESETS["full"].schemes) * len(PRESETS["full"].eval_factors)
     assert stored["meta"]["total_seconds"] > 0 and stored["meta"]["peak_memory_mb"] > 0
 
 
 def test_the_chapter_s_stated_propositions_hold_on_the_stored_seeds():
-    verdicts = lab.check(load_results("full"))
+    results = {**load_results("full")["results"], **load_results("recall")["results"]}
+    verdicts = lab.check(results)
     assert len(verdicts) == len(lab.PROPOSITIONS)
     assert lab.failures(verdicts) == []
 

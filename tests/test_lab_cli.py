@@ -106,3 +106,21 @@ def test_the_verdict_rule_is_the_interval_against_the_threshold(values, verdict)
     (v,) = check(_fake(values), (prop,))
     assert v["verdict"] == verdict and v["values"] == values
     assert failures([v]) == ([] if verdict == "holds" else [v])
+
+
+def test_a_recall_proposition_counts_only_the_seeds_that_learned():
+    """Bimodal outcome: seeds whose model stayed on the plateau give no value."""
+    rows = []
+    for seed, (learned, acc2) in enumerate([(1.0, 0.9), (0.0, 0.06), (1.0, 0.8), (1.0, 0.95)]):
+        rows.append({"seed": seed, "scheme": "t5", "factor": 0, "accuracy": 0.99,
+                     "chance": 0.0625, "learned": learned})  # fmt: skip
+        for f, acc in ((2, acc2), (8, 0.06)):
+            rows.append({"seed": seed, "scheme": "t5", "factor": f, "accuracy": acc,
+                         "chance": 0.0625})  # fmt: skip
+    props = {p.name: p for p in lab.RECALL_PROPOSITIONS}
+    near, far = check({"recall": rows}, (props["recall-t5-2L"], props["recall-t5-8L"]))
+    assert near["seeds"] == 3 and near["values"] == [0.8375, 0.7375, 0.8875]
+    assert near["verdict"] == "holds" and far["verdict"] == "fails"
+    alone = [r for r in rows if r["seed"] in (1, 2)]  # one learned seed: too few
+    (v,) = check({"recall": alone}, (props["recall-t5-2L"],))
+    assert v["seeds"] == 1 and v["verdict"] == "inconclusive"

@@ -3,12 +3,13 @@
 A tiny decoder-only transformer (:class:`TinyDecoder`) whose positional
 scheme is any scheme of :mod:`posenc`, trained on synthetic data with a known
 answer (:class:`CopyVocabSource`, whose per-token entropy is exact;
-:class:`PasskeyTask`, retrieval from a chosen distance), and experiments that
+:class:`PasskeyTask`, retrieval from a chosen distance; :class:`RecallTask`,
+multi-query associative recall with the answer more than ``L`` back), and experiments that
 each return a tidy table (:mod:`posenc.lab.experiments`; settings and trained models
 in :mod:`posenc.lab.lab`, runs over seeds in :mod:`posenc.lab.run`).
 
 Command line: ``python -m posenc.lab --help``.  Stored results:
-``posenc/lab/results/{full,smoke}.json``, read with :func:`load_results`.
+``posenc/lab/results/{full,recall,smoke}.json``, read with :func:`load_results`.
 
 Importing this package needs only PyTorch; progress bars (``tqdm``) and
 plots (``matplotlib``) are imported when used.
@@ -23,9 +24,11 @@ from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
-from .propositions import PROPOSITIONS, check, failures, t_interval
+from .propositions import PROPOSITIONS, RECALL_PROPOSITIONS, check, failures, t_interval
+from .recall import learned_seeds
 from .run import TOLERANCE, compare, parse_seeds, run_all, summarize
-from .tasks import LanguageTask, RetrievalTask
+from .sweeps import unseen_angle_pairs, yarn_split
+from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "INJECTIONS",
     "PRESETS",
     "PROPOSITIONS",
+    "RECALL_PROPOSITIONS",
     "RESULTS_DIR",
     "ROPE_METHODS",
     "SCHEMES",
@@ -43,6 +47,7 @@ __all__ = [
     "LabConfig",
     "LanguageTask",
     "PasskeyTask",
+    "RecallTask",
     "RetrievalTask",
     "TinyDecoder",
     "check",
@@ -53,6 +58,7 @@ __all__ = [
     "evaluate_accuracy",
     "evaluate_loss",
     "failures",
+    "learned_seeds",
     "load_results",
     "parse_seeds",
     "peak_memory_mb",
@@ -62,6 +68,8 @@ __all__ = [
     "summarize",
     "t_interval",
     "train",
+    "unseen_angle_pairs",
+    "yarn_split",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
