@@ -370,8 +370,13 @@ PROPOSITIONS = (
 
 #: Recall propositions, per scheme of the recall preset: each is about the seeds whose
 #: model learned the task (see the module doc), with a stated minimum effect of 0.25
-#: above chance.
+#: above chance.  Stated as holding: those whose 5 stored seeds all learned and whose
+#: interval clears the threshold by a wide margin; the others are reported as measured.
 RECALL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple")
+RECALL_STATED = {
+    ("none", "2L"), ("sinusoidal", "2L"), ("learned", "2L"), ("alibi", "2L"), ("alibi", "8L"),
+    ("t5", "2L"),
+}  # fmt: skip
 
 RECALL_PROPOSITIONS = tuple(
     Proposition(
@@ -381,7 +386,7 @@ RECALL_PROPOSITIONS = tuple(
         f"accuracy({label}) - chance, learned seeds",
         _far_recall(scheme, factor),
         0.25,
-        stated=None,
+        stated="holds" if (scheme, label) in RECALL_STATED else None,
     )
     for scheme in RECALL_SCHEMES
     for factor, label in ((2, "2L"), (8, "8L"))
