@@ -124,3 +124,14 @@ def test_a_recall_proposition_counts_only_the_seeds_that_learned():
     alone = [r for r in rows if r["seed"] in (1, 2)]  # one learned seed: too few
     (v,) = check({"recall": alone}, (props["recall-t5-2L"],))
     assert v["seeds"] == 1 and v["verdict"] == "inconclusive"
+
+
+def test_compare_reproduces_the_stored_full_run_on_this_machine(tmp_path):
+    """The full preset's extrapolation for one seed, re-run wherever the tests run (CI is
+    another machine than the one that stored the results), compared statistically."""
+    out = _cli(
+        "--experiments", "extrapolation", "--seeds", "0", "--out", str(tmp_path),
+        "--no-progress", "--no-plots", "--compare",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "stored results reproduced" in out.stdout

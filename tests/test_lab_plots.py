@@ -1,5 +1,6 @@
 """posenc.lab.plots: a figure for every experiment, drawn from rows of a real (tiny) run."""
 
+import copy
 import dataclasses
 import math
 
@@ -135,23 +136,38 @@ def test_recall_fills_exactly_the_points_of_seeds_that_learned(results):
         plt.close(fig)
 
 
-def test_needle_grid_cells_are_the_mean_over_seeds(results):
-    raw = results["needle_grid"]
+def test_needle_grid_cells_are_the_mean_over_the_seeds_that_learned(results):
+    # the tiny models rarely learn: mark which seeds did, so both paths are drawn
+    results = copy.deepcopy(results)
+    schemes = sorted({r["scheme"] for r in results["recall"] if r["factor"] == 0})
+    for r in results["recall"]:
+        if r["factor"] == 0:
+            r["learned"] = 1.0 if r["scheme"] == schemes[0] or r["seed"] == 0 else 0.0
+    if len(schemes) > 1:
+        for r in results["recall"]:
+            if r["factor"] == 0 and r["scheme"] == schemes[-1]:
+                r["learned"] = 0.0
+    learned = {(r["scheme"], r["seed"]) for r in results["recall"]
+               if r["factor"] == 0 and r["learned"] == 1.0}  # fmt: skip
+    raw = [r for r in results["needle_grid"] if (r["scheme"], r["seed"]) in learned]
     fig = plots.needle_grid(results)
     try:
+        drawn = set()
         for ax in [a for a in fig.axes if a.images]:
+            scheme = ax.get_title().split(" (")[0]
+            drawn.add(any(r["scheme"] == scheme for r in raw))
+            if not any(r["scheme"] == scheme for r in raw):
+                assert [t.get_text() for t in ax.texts] == ["no seed learned the task"]
+                continue
             shown = sorted(float(t.get_text()) for t in ax.texts)
-            cells = {(r["factor"], r["depth"]) for r in raw if r["scheme"] == ax.get_title()}
-            means = [
-                math.fsum(
-                    r["accuracy"]
-                    for r in raw
-                    if (r["scheme"], r["factor"], r["depth"]) == (ax.get_title(), *cell)
-                )
-                / 2
-                for cell in cells
-            ]
+            cells = {(r["factor"], r["depth"]) for r in raw if r["scheme"] == scheme}
+            means = []
+            for cell in cells:
+                accs = [r["accuracy"] for r in raw
+                        if (r["scheme"], r["factor"], r["depth"]) == (scheme, *cell)]  # fmt: skip
+                means.append(math.fsum(accs) / len(accs))
             assert shown == pytest.approx(sorted(means), abs=0.0051)  # printed to 2 decimals
             assert len(shown) == len(CONFIG.recall_factors) * len(CONFIG.needle_depths)
+        assert drawn == {True, False} or len(schemes) == 1
     finally:
         plt.close(fig)

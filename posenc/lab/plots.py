@@ -463,19 +463,34 @@ def recall(results):
 
 
 def needle_grid(results):
-    """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme."""
+    """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme.
+
+    When ``results`` also holds the ``recall`` rows, each scheme's mean is over the seeds
+    whose model learned the task (the outcome is bimodal), and its title says how many.
+    """
     plt = _plt()
     raw = results["needle_grid"]
+    learned = {}
+    for r in results.get("recall", []):
+        if r["factor"] == 0:
+            learned.setdefault(r["scheme"], set())
+            if r["learned"] == 1.0:
+                learned[r["scheme"]].add(r["seed"])
+    if learned:
+        raw = [r for r in raw if r["seed"] in learned.get(r["scheme"], ())]
     rows = _summary(raw, "depth")
-    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    schemes = list(dict.fromkeys(r["scheme"] for r in results["needle_grid"]))
     depths = sorted({r["depth"] for r in rows})
     factors = sorted({r["factor"] for r in rows})
     fig, axes = _grid(plt, len(schemes), 3, 3.4 * min(3, len(schemes)) + 1, 3.2)
     for ax, scheme in zip(axes.flat, schemes, strict=False):
-        grid = [[float("nan")] * len(factors) for _ in depths]
+        grid = [[float("nan")] * len(factors) for _ in depths]  # NaN: blank cell
         for r in _pick(rows, scheme=scheme):
             grid[depths.index(r["depth"])][factors.index(r["factor"])] = r["accuracy"]
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        if not _pick(rows, scheme=scheme):
+            ax.text(len(factors) / 2 - 0.5, len(depths) / 2 - 0.5, "no seed learned the task",
+                    ha="center", va="center", fontsize=9)  # fmt: skip
         for i, line in enumerate(grid):
             for j, v in enumerate(line):
                 if v == v:  # not NaN: the model reaches that length
@@ -483,10 +498,15 @@ def needle_grid(results):
                             color="k" if v > 0.5 else "w")  # fmt: skip
         ax.set_xticks(range(len(factors)), [_context(f) for f in factors])
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
-        ax.set(title=scheme, xlabel="context length")
+        title = scheme
+        if learned:
+            seeds = {r["seed"] for r in results["needle_grid"] if r["scheme"] == scheme}
+            title += f" ({len(learned.get(scheme, ()))} of {len(seeds)} learned)"
+        ax.set(title=title, xlabel="context length")
     for ax in axes[:, 0]:
         ax.set_ylabel("needle depth (of the context)")
-    fig.suptitle(f"Needle recall by depth and length (mean of {_seeds(raw)} seeds)", fontsize=11)
+    which = "the seeds that learned the task" if learned else f"{_seeds(raw)} seeds"
+    fig.suptitle(f"Needle recall by depth and length (mean over {which})", fontsize=11)
     fig.tight_layout()
     fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
     return fig
