@@ -279,7 +279,7 @@ PROPOSITIONS = (
         lambda r, s: (
             _sliding(r, s, "alibi", 1, "nonoverlapping") - _sliding(r, s, "alibi", 1, "sliding")
         ),
-        stated=None,
+        stated="holds",
     ),
     Proposition(
         "sliding-hurts-rope-far",
@@ -301,7 +301,7 @@ PROPOSITIONS = (
             _sliding(r, s, "alibi", _top(r), "nonoverlapping")
             - _sliding(r, s, "alibi", _top(r), "sliding")
         ),
-        stated=None,
+        stated="holds",
     ),
     Proposition(
         "ntk-beats-yarn-narrow-head",
@@ -312,7 +312,7 @@ PROPOSITIONS = (
             _base_excess(r, s, _head_dim(r, min), "yarn")
             - _base_excess(r, s, _head_dim(r, min), "ntk")
         ),
-        stated=None,
+        stated="holds",
     ),
     Proposition(
         "wide-head-yarn-beats-ntk",
@@ -356,7 +356,7 @@ PROPOSITIONS = (
         "ALiBi with every slope divided by 4 has a larger excess at 16L than the paper's slopes.",
         "e_(1/4)(16L) - e_1(16L)",
         lambda r, s: _slope_excess(r, s, 0.25, _top(r)) - _slope_excess(r, s, 1.0, _top(r)),
-        stated=None,
+        stated="holds",
     ),
     Proposition(
         "steep-alibi-slopes-worse",
