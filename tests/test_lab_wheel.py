@@ -40,7 +40,8 @@ def test_the_installed_wheel_loads_the_stored_results(tmp_path):
     )  # fmt: skip
     code = (
         "import posenc.lab as lab; r = lab.load_results(); s = lab.load_results('smoke');"
-        "print(lab.__file__); print(len(r['seeds']), len(s['seeds']))"
+        "q = lab.load_results('recall');"
+        "print(lab.__file__); print(len(r['seeds']), len(s['seeds']), len(q['seeds']))"
     )
     out = subprocess.run(
         [sys.executable, "-s", "-c", code], cwd=tmp_path, capture_output=True, text=True,
@@ -49,4 +50,5 @@ def test_the_installed_wheel_loads_the_stored_results(tmp_path):
     assert out.returncode == 0, out.stderr
     where, counts = out.stdout.splitlines()
     assert where.startswith(str(target)), where
-    assert int(counts.split()[0]) >= 5
+    full, smoke, recall = (int(c) for c in counts.split())
+    assert full >= 5 and smoke >= 3 and recall >= 5
