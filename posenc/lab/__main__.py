@@ -77,7 +77,11 @@ def _print_check(results: dict, preset: str) -> int:
 
 
 def main(argv=None) -> int:
-    listing = "\n".join(f"  {name:14s} {text}" for name, text in DESCRIPTIONS.items())
+    own = set(PRESET_EXPERIMENTS["recall"])  # not in the full preset: --preset recall runs them
+    listing = "\n".join(
+        f"  {name:14s} {text}" + (" [--preset recall]" if name in own else "")
+        for name, text in DESCRIPTIONS.items()
+    )
     p = argparse.ArgumentParser(
         prog="python -m posenc.lab",
         description=__doc__.split("\n")[0],
