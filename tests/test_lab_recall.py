@@ -133,7 +133,10 @@ def test_bad_input_names_the_parameter():
 
 def test_experiments_rows_on_a_tiny_run():
     c = dataclasses.replace(
-        PRESETS["smoke"], recall_steps=3, recall_pairs=1, recall_sequences=16,
+        PRESETS["smoke"],
+        recall_steps=3,
+        recall_pairs=1,
+        recall_sequences=16,
         recall_schemes=("alibi", "learned"),
     )
     lab = Lab(c)
@@ -141,8 +144,10 @@ def test_experiments_rows_on_a_tiny_run():
     assert {r["scheme"] for r in rows} == {"alibi", "learned"}
     learned_rows = [r for r in rows if r["factor"] == 0]
     assert all(r["learned"] in (0.0, 1.0) for r in learned_rows)
-    assert learned_seeds(rows) == {s: (int(sum(r["learned"] for r in learned_rows if
-                                           r["scheme"] == s)), 1) for s in ("alibi", "learned")}
+    assert learned_seeds(rows) == {
+        s: (int(sum(r["learned"] for r in learned_rows if r["scheme"] == s)), 1)
+        for s in ("alibi", "learned")
+    }
     grid = needle_grid(lab)
     assert len({(r["scheme"], r["factor"], r["depth"]) for r in grid}) == len(grid)
     assert all(0 <= r["accuracy"] <= 1 for r in grid + rows)
