@@ -73,6 +73,9 @@ class LabConfig:
     recall_sequences: int = 256
     recall_schemes: tuple[str, ...] = ()
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    # recall again, for these schemes, with a longer training budget (recall_budget)
+    recall_long_steps: int = 9000
+    recall_long_schemes: tuple[str, ...] = ("rope", "xpos", "kerple")
     seed: int = 0
 
     def __post_init__(self):
@@ -82,6 +85,7 @@ class LabConfig:
             "train_len", "d_model", "layers", "heads", "steps", "batch", "eval_tokens",
             "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
             "passkey_sequences", "wide_heads", "recall_steps", "recall_pairs", "recall_sequences",
+            "recall_long_steps",
         ):  # fmt: skip
             check_int(name, getattr(self, name), minimum=1)
         check_int("finetune_steps", self.finetune_steps, minimum=0)
@@ -92,7 +96,12 @@ class LabConfig:
             check_int("eval_factors", f, minimum=1) < 1 for f in self.eval_factors
         ):
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
-        for s in self.schemes + self.retrieval_schemes + tuple(self.recall_schemes):
+        for s in (
+            self.schemes
+            + self.retrieval_schemes
+            + tuple(self.recall_schemes)
+            + tuple(self.recall_long_schemes)
+        ):
             check_scheme(s)
         for name in ("rope_bases", "alibi_slope_scales", "yarn_betas", "needle_depths"):
             for v in getattr(self, name):
@@ -169,6 +178,7 @@ PRESETS = {
         recall_pairs=1,
         recall_factors=(1, 2, 4),
         recall_sequences=32,
+        recall_long_steps=80,
     ),
 }
 
@@ -207,13 +217,14 @@ class Lab:
 
         ``variant``: :class:`TinyDecoder` settings that differ from the
         configuration's, for the sweeps (``rope_base``, ``heads``,
-        ``alibi_slope_scale``).  A variant is a model of its own, with its own
-        seed; with no variant the seeds are those of the stored runs.
+        ``alibi_slope_scale``) or a training budget other than the task's
+        (``steps``).  A variant is a model of its own, with its own seed; with
+        no variant the seeds are those of the stored runs.
         """
         check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
         for name in variant:
-            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale"))
+            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale", "steps"))
         key = (task, scheme, inject) + tuple(sorted(variant.items()))
         if key not in self._models:
             c = self.config
@@ -227,10 +238,12 @@ class Lab:
                 rope_base=c.rope_base,
                 table_len=c.table_len if scheme == "learned" else None,
             )
-            model = TinyDecoder(data.vocab, scheme, c.train_len, **{**settings, **variant}).to(
+            steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps}[task]
+            shape = dict(variant)  # the model's settings: all but the training budget
+            steps = check_int("steps", shape.pop("steps", steps), minimum=0)
+            model = TinyDecoder(data.vocab, scheme, c.train_len, **{**settings, **shape}).to(
                 self.device
             )
-            steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps}[task]
             curve = train(
                 model,
                 data,

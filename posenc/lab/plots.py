@@ -462,6 +462,19 @@ def recall(results):
     return fig
 
 
+def recall_budget(results):
+    """:func:`recall` for the models trained with the longer budget (``recall_budget`` rows)."""
+    rows = results["recall_budget"]
+    fig = recall({"recall": rows})
+    steps = sorted({r["steps"] for r in rows})
+    fig.suptitle(
+        f"Recall after {', '.join(map(str, steps))} training steps, every pair L to 2L back "
+        "(points: seeds, filled if that model learned; bar: mean of those; dashed: chance)",
+        fontsize=10,
+    )
+    return fig
+
+
 def needle_grid(results):
     """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme.
 
@@ -525,5 +538,6 @@ FIGURES = {
     "alibi_slopes": alibi_slopes,
     "yarn_sweep": yarn_sweep,
     "recall": recall,
+    "recall_budget": recall_budget,
     "needle_grid": needle_grid,
 }

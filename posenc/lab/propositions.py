@@ -120,21 +120,21 @@ def _slope_excess(res, seed, scale, factor):
     return _row(res["alibi_slopes"], seed, scale=scale, factor=factor)["excess"]
 
 
-def _recall(res, seed, scheme, factor):
-    return _row(res["recall"], seed, scheme=scheme, factor=factor)
+def _recall(res, seed, scheme, factor, experiment="recall"):
+    return _row(res[experiment], seed, scheme=scheme, factor=factor)
 
 
-def _learned(res, seed, scheme):
-    return _recall(res, seed, scheme.split(":")[0], 0)["learned"] == 1.0
+def _learned(res, seed, scheme, experiment="recall"):
+    return _recall(res, seed, scheme.split(":")[0], 0, experiment)["learned"] == 1.0
 
 
-def _far_recall(scheme, factor):
+def _far_recall(scheme, factor, experiment="recall"):
     """Recall accuracy above chance at context ``factor L``, for seeds that learned."""
 
     def compute(res, seed):
-        if not _learned(res, seed, scheme):
+        if not _learned(res, seed, scheme, experiment):
             return None
-        row = _recall(res, seed, scheme, factor)
+        row = _recall(res, seed, scheme, factor, experiment)
         return row["accuracy"] - row["chance"]
 
     return compute
@@ -389,6 +389,22 @@ RECALL_PROPOSITIONS = tuple(
         stated="holds" if (scheme, label) in RECALL_STATED else None,
     )
     for scheme in RECALL_SCHEMES
+    for factor, label in ((2, "2L"), (8, "8L"))
+)
+
+#: The same, for the models of ``recall_budget`` (three times the training steps).
+RECALL_LONG_SCHEMES = ("rope", "xpos", "kerple")
+RECALL_PROPOSITIONS += tuple(
+    Proposition(
+        f"recall-long-{scheme}-{label}",
+        f"{scheme}, trained three times longer: among seeds that learned recall at L, "
+        f"accuracy on pairs L to 2L back, shown {label} tokens, is more than 0.25 above chance.",
+        f"accuracy({label}) - chance, learned seeds, long budget",
+        _far_recall(scheme, factor, "recall_budget"),
+        0.25,
+        stated=None,
+    )
+    for scheme in RECALL_LONG_SCHEMES
     for factor, label in ((2, "2L"), (8, "8L"))
 )
 

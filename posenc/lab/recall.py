@@ -48,7 +48,7 @@ from .train import seed_for
 
 __all__ = [
     "DESCRIPTIONS", "EXPERIMENTS", "RecallTask", "learned_seeds", "learned_threshold",
-    "needle_grid", "recall",
+    "needle_grid", "recall", "recall_budget",
     "recall_accuracy",
 ]  # fmt: skip
 
@@ -91,6 +91,21 @@ def recall(lab: Lab) -> list[dict]:
     needs a model that reaches and locates a token more than ``L`` back.
     RoPE is also scored with each scaling at factor ``c`` (rows ``rope:<method>``).
     """
+    return _recall_rows(lab, _schemes(lab))
+
+
+def recall_budget(lab: Lab) -> list[dict]:
+    """:func:`recall` for ``recall_long_schemes`` trained ``recall_long_steps`` steps.
+
+    Whether a model leaves the guessing plateau depends on the training
+    budget: the cosine schedule of a longer run keeps a high learning rate for
+    longer.  Same evaluation data as :func:`recall`; every row adds ``steps``.
+    """
+    c = lab.config
+    return _recall_rows(lab, c.recall_long_schemes, steps=c.recall_long_steps)
+
+
+def _recall_rows(lab: Lab, schemes, steps=None) -> list[dict]:
     c = lab.config
     L, task = c.train_len, lab.recall
     longest = L * max(max(c.recall_factors), 2)
@@ -98,18 +113,19 @@ def recall(lab: Lab) -> list[dict]:
     far = task.far_batch(c.recall_sequences, longest, L, g)
     near = task.batch(c.recall_sequences, L, g)
     chance = 1 / task.values
+    extra = {} if steps is None else {"steps": steps}
     rows = []
 
-    def score(name, model, factor, inputs, targets, weights, extra=None):
+    def score(name, model, factor, inputs, targets, weights):
         acc, loss = recall_accuracy(model, task, inputs, targets, weights)
         rows.append(
-            {"scheme": name, "factor": factor, "length": inputs.shape[1], **(extra or {}),
+            {"scheme": name, **extra, "factor": factor, "length": inputs.shape[1],
              "accuracy": rounded(acc), "loss": rounded(loss), "chance": rounded(chance)}
         )  # fmt: skip
         return acc
 
-    for scheme in _schemes(lab):
-        model, _ = lab.model("recall", scheme)
+    for scheme in schemes:
+        model, _ = lab.model("recall", scheme, **extra)
         acc = score(scheme, model, 0, *near)
         learned = acc > learned_threshold(task)
         rows[-1]["learned"] = 1.0 if learned else 0.0  # a float: averaged over seeds
@@ -178,10 +194,12 @@ def learned_seeds(rows: list[dict]) -> dict:
     return out
 
 
-EXPERIMENTS = {"recall": recall, "needle_grid": needle_grid}
+EXPERIMENTS = {"recall": recall, "needle_grid": needle_grid, "recall_budget": recall_budget}
 
 DESCRIPTIONS = {
     "recall": "multi-query associative recall: accuracy on the same answers at contexts "
     "L..8L with every pair more than L back (RoPE also with its scalings)",
     "needle_grid": "recall of one pair placed at depth 0-100% of contexts L..8L, every scheme",
+    "recall_budget": "recall again for RoPE, xPos and Kerple trained three times longer "
+    "(9000 steps)",
 }
