@@ -402,10 +402,41 @@ RECALL_PROPOSITIONS += tuple(
         f"accuracy({label}) - chance, learned seeds, long budget",
         _far_recall(scheme, factor, "recall_budget"),
         0.25,
-        stated=None,
+        stated="holds",
     )
     for scheme in RECALL_LONG_SCHEMES
     for factor, label in ((2, "2L"), (8, "8L"))
+)
+
+
+def _scaled_gain(method, factor):
+    """Recall accuracy of RoPE scaled by ``method`` minus plain RoPE's, at ``factor L``."""
+
+    def compute(res, seed):
+        if not _learned(res, seed, "rope", "recall_budget"):
+            return None
+        scaled = _recall(res, seed, f"rope:{method}", factor, "recall_budget")["accuracy"]
+        return scaled - _recall(res, seed, "rope", factor, "recall_budget")["accuracy"]
+
+    return compute
+
+
+RECALL_PROPOSITIONS += (
+    Proposition(
+        "ntk-extends-rope-recall",
+        "RoPE trained three times longer, scaled at test time with NTK-aware scaling to the "
+        "input's length, recalls pairs L to 2L back, shown 8L tokens, better than plain RoPE.",
+        "accuracy(NTK, 8L) - accuracy(plain, 8L), learned seeds, long budget",
+        _scaled_gain("ntk", 8),
+        stated="holds",
+    ),
+    Proposition(
+        "pi-extends-rope-recall",
+        "The same with position interpolation.",
+        "accuracy(PI, 8L) - accuracy(plain, 8L), learned seeds, long budget",
+        _scaled_gain("pi", 8),
+        stated=None,
+    ),
 )
 
 PROPOSITIONS = PROPOSITIONS + RECALL_PROPOSITIONS
