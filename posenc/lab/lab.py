@@ -156,8 +156,9 @@ PRESETS = {
     # run with ``dataclasses.replace(PRESETS["full"], schemes=tuple(posenc.SCHEMES))``.
     "full": _FULL,
     # multi-query recall (python -m posenc.lab --preset recall): the full preset's
-    # settings, whose recall_steps (3000) let a model leave the guessing plateau;
-    # PRESET_EXPERIMENTS says which experiments each preset runs
+    # settings; in the stored run, recall_steps (3000) let most schemes leave the
+    # guessing plateau and recall_long_steps (9000) the others (RoPE on no seed at
+    # 3000, on every seed at 9000).  PRESET_EXPERIMENTS says what each preset runs
     "recall": _FULL,
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(

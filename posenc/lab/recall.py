@@ -200,6 +200,6 @@ DESCRIPTIONS = {
     "recall": "multi-query associative recall: accuracy on the same answers at contexts "
     "L..8L with every pair more than L back (RoPE also with its scalings)",
     "needle_grid": "recall of one pair placed at depth 0-100% of contexts L..8L, every scheme",
-    "recall_budget": "recall again for RoPE, xPos and Kerple trained three times longer "
-    "(9000 steps)",
+    "recall_budget": "recall again for recall_long_schemes (RoPE, xPos, Kerple) trained "
+    "recall_long_steps (9000)",
 }
