@@ -34,8 +34,10 @@ lint: env
 
 # Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
 # run, split by file so that each notebook keeps one kernel.
+# One thread per worker (and per notebook kernel): $(JOBS) workers already fill the
+# cores, and more threads than cores make the many tiny ops wait on each other.
 unit: env
-	$(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
+	OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
 		--ignore=tests/test_site.py --ignore=tests/test_browser.py tests book
 
 # Scans the built HTML for anything loaded from another host.
