@@ -30,13 +30,19 @@ import torch
 import posenc.lab as lab
 
 
-def _step_fn(scheme, config):
+def _model(scheme, config):
+    """``(task, model)``: the language task and a fresh TinyDecoder at the config's sizes."""
     task = lab.LanguageTask()
     torch.manual_seed(0)
     model = lab.TinyDecoder(
         task.vocab, scheme, config.train_len, d_model=config.d_model, layers=config.layers,
         heads=config.heads, rope_base=config.rope_base,
     )  # fmt: skip
+    return task, model
+
+
+def _step_fn(scheme, config):
+    task, model = _model(scheme, config)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=False, foreach=True)
     gen = torch.Generator().manual_seed(0)
     inputs, targets, _ = task.batch(config.batch, config.train_len, gen)
@@ -65,12 +71,7 @@ def _matmul_fn(config):
 
 
 def _loop_fn(scheme, config, steps):
-    task = lab.LanguageTask()
-    torch.manual_seed(0)
-    model = lab.TinyDecoder(
-        task.vocab, scheme, config.train_len, d_model=config.d_model, layers=config.layers,
-        heads=config.heads, rope_base=config.rope_base,
-    )  # fmt: skip
+    task, model = _model(scheme, config)
 
     def run():
         lab.train(model, task, length=config.train_len, steps=steps, batch=config.batch, lr=1e-3)

@@ -16,3 +16,14 @@ settings.load_profile("posenc")
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)  # noqa: NPY002 - pins any use of NumPy's legacy global generator
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of tiny models: at 2 threads on a busy 2-core machine
+    each small matmul waits for the other core (far slower here); results agree across
+    thread counts to roundoff.  Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -5,7 +5,6 @@ import dataclasses
 import math
 
 import pytest
-import torch
 
 import posenc.lab
 from posenc.lab.recall import learned_seeds
@@ -41,13 +40,7 @@ CONFIG = dataclasses.replace(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # tiny models: at 2 threads on a busy 2-core machine each matmul waits for the other core
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest
 
 
 @pytest.fixture(scope="module")

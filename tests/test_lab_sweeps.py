@@ -22,14 +22,7 @@ CONFIG = dataclasses.replace(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # tiny models: at 2 threads on a busy 2-core machine each matmul waits for the other
-    # core (about 100x slower here); the results agree across thread counts to roundoff
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest
 
 
 @pytest.fixture(scope="module")
