@@ -23,8 +23,8 @@ CONFIG = dataclasses.replace(
     steps=4,
     passkey_steps=4,
     recall_steps=4,
-    recall_long_steps=4,
-    recall_long_schemes=("rope",),
+    lm_long_steps=6,
+    recall_probe_every=2,
     finetune_steps=2,
     schemes=("rope", "alibi", "sinusoidal"),
     recall_schemes=("rope", "alibi"),
@@ -36,6 +36,7 @@ CONFIG = dataclasses.replace(
     curse_sequences=8,
     passkey_sequences=8,
     recall_sequences=8,
+    recall_band_answers=8,
     eval_tokens=64,
 )
 
@@ -102,31 +103,41 @@ def test_rope_base_draws_one_line_per_base(results):
 
 def test_recall_titles_count_the_seeds_that_learned(results):
     counts = learned_seeds(results["recall"])  # the recall module's own count
+    names = {r["scheme"] for r in results["recall"] if r["factor"] > 0}
     fig = plots.recall(results)
     try:
         titles = {ax.get_title() for ax in fig.axes if ax.get_visible()}
-        assert titles == {
-            f"{s} ({got} of {total} seeds learned)" for s, (got, total) in counts.items()
-        }
+        expected = set()
+        for name in names:
+            got, total = counts[name.split(":")[0]]
+            expected.add(f"{name} ({got} of {total} seeds learned)")
+        assert titles == expected
     finally:
         plt.close(fig)
 
 
 def test_recall_fills_exactly_the_points_of_seeds_that_learned(results):
-    raw = results["recall"]
-    learned = {(r["scheme"], r["seed"]) for r in raw if r["factor"] == 0 and r["learned"] == 1}
-    expected = sum((r["scheme"].split(":")[0], r["seed"]) in learned for r in raw)
+    """Circles (full attention) are filled where the model learned; crosses (the window
+    control) are one per window row."""
+    raw = [r for r in results["recall"] if r["factor"] > 0]
+    learned = {(r["scheme"], r["seed"]) for r in results["recall"]
+               if r["factor"] == 0 and r["learned"] == 1}  # fmt: skip
+    full = [r for r in raw if r["attention"] == "full"]
+    expected = sum((r["scheme"].split(":")[0], r["seed"]) in learned for r in full)
     fig = plots.recall(results)
     try:
-        filled = hollow = 0
+        filled = hollow = crosses = 0
         for ax in fig.axes:
             for points in ax.collections:
                 n = len(points.get_offsets())
-                if points.get_facecolors().size and points.get_facecolors()[0, 3] > 0:
+                if points.get_label() == "_window":
+                    crosses += n
+                elif points.get_facecolors().size and points.get_facecolors()[0, 3] > 0:
                     filled += n
                 else:
                     hollow += n
-        assert (filled, filled + hollow) == (expected, len(raw))
+        assert (filled, filled + hollow) == (expected, len(full))
+        assert crosses == len(raw) - len(full)
     finally:
         plt.close(fig)
 

@@ -8,8 +8,11 @@ multi-query associative recall with the answer more than ``L`` back), and experi
 each return a tidy table (:mod:`posenc.lab.experiments`; settings and trained models
 in :mod:`posenc.lab.lab`, runs over seeds in :mod:`posenc.lab.run`).
 
-Command line: ``python -m posenc.lab --help``.  Stored results:
-``posenc/lab/results/{full,recall,smoke}.json``, read with :func:`load_results`.
+Command line: ``python -m posenc.lab --help``.  Stored results, read with
+:func:`load_results`: ``posenc/lab/results/{full,recall,smoke}.json`` (the
+discovery set, seeds 0-4, which chose the chapter's claims) and
+``posenc/lab/results/{full,recall}-confirmation.json`` (seeds 5 and up, run
+after the claims were frozen in :mod:`posenc.lab.propositions`).
 
 Importing this package needs only PyTorch; progress bars (``tqdm``) and
 plots (``matplotlib``) are imported when used.
@@ -24,9 +27,9 @@ from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
-from .propositions import PROPOSITIONS, RECALL_PROPOSITIONS, check, failures, t_interval
+from .propositions import PROPOSITIONS, check, failures, frozen_hash, t_interval
 from .recall import learned_seeds
-from .run import TOLERANCE, compare, parse_seeds, run_all, summarize
+from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
 from .sweeps import unseen_angle_pairs, yarn_split
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
@@ -37,8 +40,8 @@ __all__ = [
     "INJECTIONS",
     "PRESETS",
     "PROPOSITIONS",
-    "RECALL_PROPOSITIONS",
     "RESULTS_DIR",
+    "SPLITS",
     "ROPE_METHODS",
     "SCHEMES",
     "TOLERANCE",
@@ -58,10 +61,13 @@ __all__ = [
     "evaluate_accuracy",
     "evaluate_loss",
     "failures",
+    "frozen_hash",
     "learned_seeds",
     "load_results",
+    "merge",
     "parse_seeds",
     "peak_memory_mb",
+    "results_path",
     "rope_scaling_for",
     "run_all",
     "seed_for",
@@ -72,24 +78,49 @@ __all__ = [
     "yarn_split",
 ]
 
+#: Where the stored results ship in the package: ``full.json``, ``recall.json``, ``smoke.json``.
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
-def load_results(preset: str = "full", directory=None) -> dict:
-    """The stored output of ``run_all(PRESETS[preset], seeds=...)``: ``<directory>/<preset>.json``.
+SPLITS = ("discovery", "confirmation")
 
-    ``directory`` defaults to the results shipped with the package
-    (:data:`RESULTS_DIR`).  Raises ``ValueError`` naming ``directory`` when it
-    holds no results for ``preset``.
-    """
+
+def results_path(preset: str = "full", directory=None, split: str = "discovery") -> Path:
+    """The file of ``preset``'s results in ``directory`` (default :data:`RESULTS_DIR`):
+    ``<preset>.json`` for the discovery set (seeds 0-4), ``<preset>-confirmation.json``
+    for the confirmation set (seeds 5 and up)."""
     from .._checks import check_choice
 
     check_choice("preset", preset, PRESETS)
-    path = (RESULTS_DIR if directory is None else Path(directory)) / f"{preset}.json"
+    check_choice("split", split, SPLITS)
+    name = f"{preset}.json" if split == "discovery" else f"{preset}-{split}.json"
+    return (RESULTS_DIR if directory is None else Path(directory)) / name
+
+
+def load_results(preset: str = "full", directory=None, split: str = "discovery") -> dict:
+    """The stored output of ``run_all(PRESETS[preset], seeds=...)``: :func:`results_path`.
+
+    ``directory`` defaults to the results shipped with the package
+    (:data:`RESULTS_DIR`); ``split`` is ``"discovery"`` (seeds 0-4, which chose
+    the chapter's claims) or ``"confirmation"`` (seeds 5 and up, run after the
+    claims were frozen).  Raises ``ValueError`` naming ``directory`` when it
+    holds no results for ``preset``, and naming the file when it is not a
+    complete results file (truncated, or not a run's output).
+    """
+    path = results_path(preset, directory, split)
     if not path.is_file():
-        found = sorted(p.stem for p in path.parent.glob("*.json")) if path.parent.is_dir() else []
+        found = sorted(p.name for p in path.parent.glob("*.json")) if path.parent.is_dir() else []
         raise ValueError(
-            f"directory must hold lab results ({preset}.json, written by python -m posenc.lab); "
+            f"directory must hold lab results ({path.name}, written by python -m posenc.lab); "
             f"{path.parent} has {', '.join(found) or 'none'}"
         )
-    return json.loads(path.read_text())
+    try:
+        out = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path} is not a complete lab results file (truncated or corrupted: {err})"
+        ) from None
+    if not isinstance(out, dict):
+        kind = type(out).__name__
+        raise ValueError(f"{path} must hold a JSON object (a run's output), got {kind}")
+    return out

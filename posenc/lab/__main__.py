@@ -5,11 +5,16 @@
     python -m posenc.lab --experiments passkey,rope_scaling --threads 2
     python -m posenc.lab --compare                # exit 1 unless the stored results reproduce
     python -m posenc.lab --check DIR              # verdicts of the propositions for DIR's results
+    python -m posenc.lab --check --split confirmation  # the same for the stored confirmation set
+    python -m posenc.lab --merge A.json B.json --out DIR  # one results file from runs in parts
     torchrun --nproc-per-node 2 -m posenc.lab ... # DistributedDataParallel training
 
-Writes ``<out>/<preset>.json`` and one PNG per experiment (``--no-plots`` to
-skip; plots need matplotlib), shows tqdm progress bars (``--no-progress`` to
-hide them) and prints the wall-clock time and peak memory.
+Writes ``<out>/<preset>.json`` (``<preset>-confirmation.json`` with ``--split
+confirmation``) and one PNG per experiment (``--no-plots`` to skip; plots need
+matplotlib), shows tqdm progress bars (``--no-progress`` to hide them) and
+prints the wall-clock time and peak memory.  While it runs, what is finished
+is kept in ``<out>/<file>.partial.json``: a run that fails or is stopped keeps
+every finished experiment (one process) or seed (``--jobs``).
 """
 
 from __future__ import annotations
@@ -24,9 +29,21 @@ from pathlib import Path
 
 import torch
 
-from . import DESCRIPTIONS, EXPERIMENTS, PRESETS, compare, load_results, run_all
+from . import (
+    DESCRIPTIONS,
+    EXPERIMENTS,
+    PRESETS,
+    RESULTS_DIR,
+    SPLITS,
+    compare,
+    load_results,
+    merge,
+    results_path,
+    run_all,
+)  # fmt: skip
 from .experiments import PRESET_EXPERIMENTS
-from .propositions import check, failures, format_verdicts
+from .model import check_scheme
+from .propositions import PROPOSITIONS, check, failures, format_verdicts, frozen_hash
 from .train import peak_memory_mb
 
 
@@ -62,18 +79,69 @@ def _positive(name):
     return parse
 
 
-def _print_check(results: dict, preset: str) -> int:
+def _schemes(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    try:
+        if not names:
+            raise ValueError(f"schemes must name at least one scheme, got {text!r}")
+        return tuple(check_scheme(n) for n in names)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _print_check(results: dict, preset: str, path: Path) -> int:
+    """Print the verdicts of ``results`` (read from ``path``); the exit status."""
+    rows = results.get("results")
+    if not isinstance(rows, dict) or not any(isinstance(v, list) and v for v in rows.values()):
+        print(f"{path} holds no result rows: nothing can hold (a run's output has "
+              "'results': {experiment: [rows]})")  # fmt: skip
+        return 1
     verdicts = check(results)
-    print(f"propositions ({len(results.get('seeds', [None]))} seeds, 95% t-interval over seeds):")
+    mine = {p.name for p in PROPOSITIONS if preset == "smoke" or p.preset == preset}
+    verdicts = [v for v in verdicts if v["name"] in mine]
+    print(f"propositions: posenc/lab/propositions.py, sha256 {frozen_hash()}")
+    print(f"results: {path}, seeds {results.get('seeds')}")
+    print("rules: effect 95% t-interval vs threshold; equivalence 90% t-interval within the "
+          "margin (TOST); rate: seeds passing, 95% Clopper-Pearson vs 1/2")  # fmt: skip
+    print("columns: verdict, verdict after Holm's correction (family: the stated, or the "
+          "reported, propositions of one preset), name, interval")  # fmt: skip
     print(format_verdicts(verdicts))
-    bad = failures(verdicts)
     if preset == "smoke":
-        print(f"(the chapter states its propositions for the full preset, not {preset!r})")
+        print(f"(the chapter states its propositions for the full and recall presets, not "
+              f"{preset!r}: the smoke preset tests the plumbing)")  # fmt: skip
         return 0
+    bad = failures(verdicts)
+    checked = {v["name"] for v in verdicts}
+    missing = [p for p in PROPOSITIONS if p.stated and p.preset == preset and p.name not in checked]
     for v in bad:
-        print(f"NOT HOLDING {v['name']}: {v['verdict']}, values {v['values']}")
-    print("every stated proposition holds" if not bad else f"{len(bad)} stated propositions fail")
-    return 1 if bad else 0
+        if v["verdict"] == "no rows":
+            print(f"NOT HOLDING {v['name']}: no rows for it in {path}")
+        else:
+            print(f"NOT HOLDING {v['name']}: {v['verdict']} (stated: {v['stated']}), "
+                  f"values {v['values']}")  # fmt: skip
+    for p in missing:
+        absent = [e for e in p.experiments if not rows.get(e)]
+        print(f"NOT HOLDING {p.name}: no rows for it in {path} (experiment "
+              f"{', '.join(absent)} missing)")  # fmt: skip
+    failed = len(bad) + len(missing)
+    stated = sum(p.stated is not None and p.preset == preset for p in PROPOSITIONS)
+    print("every stated proposition holds" if not failed
+          else f"{failed} of {stated} stated propositions do not hold as stated")  # fmt: skip
+    return 1 if failed else 0
+
+
+def _load(path: Path) -> dict:
+    try:
+        out = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"{path} cannot be read: {err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(
+            f"{path} is not a complete lab results file (truncated or corrupted: {err})"
+        ) from None
+    if not isinstance(out, dict) or "config" not in out:
+        raise ValueError(f"{path} must hold a run's output (config, seeds, results, meta)")
+    return out
 
 
 def main(argv=None) -> int:
@@ -96,12 +164,27 @@ def main(argv=None) -> int:
         help="comma-separated; default: the preset's (full: all but recall and needle_grid, "
         "which are the recall preset's; smoke: all)",
     )
+    p.add_argument(
+        "--schemes",
+        type=_schemes,
+        default=None,
+        help="comma-separated scheme names (default: the preset's)",
+    )
     p.add_argument("--seeds", type=_seeds, default=None, help="e.g. 0-4 or 0,3 (default: 0)")
-    p.add_argument("--seed", type=int, default=None, help="one seed (same as --seeds N)")
+    p.add_argument(
+        "--seed", type=_seeds, default=None, help="one seed (same as --seeds N; not with --seeds)"
+    )
     p.add_argument("--jobs", type=_positive("--jobs"), default=1, help="seeds run in parallel")
     p.add_argument("--threads", type=_positive("--threads"), default=1, help="torch threads")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda where CUDA is present")
     p.add_argument("--out", type=Path, default=Path("lab-results"), help="output directory")
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="discovery",
+        help="which set of seeds the results are: names the output file (<preset>.json or "
+        "<preset>-confirmation.json) and the file --check reads",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
@@ -113,20 +196,57 @@ def main(argv=None) -> int:
     p.add_argument(
         "--check",
         type=Path,
+        nargs="?",
+        const=RESULTS_DIR,
         default=None,
         metavar="DIR",
-        help="print the verdicts of the propositions for DIR/<preset>.json and exit "
-        "(1 if a proposition the chapter states as holding does not hold)",
+        help="print the verdicts of the propositions for DIR's results of --preset and --split "
+        "(DIR defaults to the stored results) and exit: 1 if a proposition the chapter states "
+        "does not have its stated verdict, or has no rows",
+    )
+    p.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="merge results files of one preset, run in parts (other seeds, schemes or "
+        "experiments), into --out's file for --preset and --split, and exit",
     )
     args = p.parse_args(argv)
     if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
         p.error(f"--device must be 'cpu' or 'cuda' with CUDA present, got {args.device!r}")
+    if args.seed is not None and args.seeds is not None:
+        p.error("--seed and --seeds name the seeds twice: give one of them (--seeds N for one)")
+    if args.seed is not None and len(args.seed) != 1:
+        p.error(f"--seed must be one seed (use --seeds for several), got {args.seed}")
     if args.check is not None:
         try:
-            results = load_results(args.preset, args.check)
+            results = load_results(args.preset, args.check, args.split)
         except ValueError as err:
             p.error(str(err))
-        return _print_check(results, args.preset)
+        return _print_check(results, args.preset, results_path(args.preset, args.check, args.split))
+    path = results_path(args.preset, args.out, args.split)
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out must name a directory (results go in --out/{path.name}); "
+                f"{args.out} is an existing file")  # fmt: skip
+    if path.is_dir():
+        p.error(f"--out must not hold a directory named {path.name}, the results file")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        p.error(f"--out must be a directory that can be created: {err}")
+    if not os.access(args.out, os.W_OK):
+        p.error(f"--out must be writable, got {args.out}")
+    if args.merge is not None:
+        try:
+            merged = merge(*(_load(f) for f in args.merge))
+        except ValueError as err:
+            p.error(str(err))
+        merged["meta"]["merged_from"] = [str(f) for f in args.merge]
+        path.write_text(json.dumps(merged, indent=1) + "\n")
+        print(f"merged {len(args.merge)} files ({len(merged['seeds'])} seeds): {path}")
+        return 0
     torch.set_num_threads(args.threads)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: DDP training (train())
         torch.distributed.init_process_group("nccl" if args.device.startswith("cuda") else "gloo")
@@ -134,9 +254,17 @@ def main(argv=None) -> int:
             args.no_plots, args.compare, args.no_progress = True, False, True
             args.out = args.out / f"rank{torch.distributed.get_rank()}"
     config = PRESETS[args.preset]
-    seeds = args.seeds
-    if args.seed is not None:
-        config = dataclasses.replace(config, seed=args.seed)
+    if args.schemes is not None:
+        config = dataclasses.replace(config, schemes=args.schemes, passkey_schemes=None,
+                                     recall_schemes=())  # fmt: skip
+    seeds = args.seeds if args.seed is None else args.seed
+    partial = path.with_name(path.stem + ".partial.json")
+    command = "python -m posenc.lab " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    def save(output):
+        output["meta"].update(command=command, complete=False)
+        partial.write_text(json.dumps(output, indent=1) + "\n")
+
     start = time.perf_counter()
     out = run_all(
         config,
@@ -146,13 +274,20 @@ def main(argv=None) -> int:
         device=args.device,
         progress=not args.no_progress and args.jobs == 1,
         log=print,
+        save=save,
     )
     total = time.perf_counter() - start
     out["meta"]["total_seconds"] = round(total, 1)
     out["meta"]["threads"] = args.threads
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.preset}.json"
+    out["meta"]["command"] = command
+    if out["meta"].get("errors"):
+        save(out)
+        for line in out["meta"]["errors"]:
+            print("FAILED", line)
+        print(f"run failed; every finished experiment is kept in {partial}")
+        return 1
     path.write_text(json.dumps(out, indent=1) + "\n")
+    partial.unlink(missing_ok=True)
     peak = max(peak_memory_mb(), out["meta"]["peak_memory_mb"])
     print(
         f"total: {total:.1f} s, {len(out['seeds'])} seed(s), {args.jobs} job(s), "

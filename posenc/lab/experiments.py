@@ -67,8 +67,25 @@ def rope_scaling(lab: Lab) -> list[dict]:
     frequencies, so this experiment trains the ``rope`` model whatever
     ``config.schemes`` holds.
     """
-    c = lab.config
     base, _ = lab.model("lm", "rope")
+    return _scaling_rows(lab, base)
+
+
+def rope_budget(lab: Lab) -> list[dict]:
+    """:func:`rope_scaling` for RoPE trained ``lm_long_steps`` steps instead of ``steps``.
+
+    The model starts from the same initialisation, sees the same training data
+    in the same order for its first ``steps`` steps and warms up over the same
+    number of steps as the ``steps`` model: only the budget changes (and with
+    it the cosine schedule's length).  Every row adds ``steps``.
+    """
+    c = lab.config
+    base, _ = lab.model("lm", "rope", steps=c.lm_long_steps)
+    return [{**r, "steps": c.lm_long_steps} for r in _scaling_rows(lab, base)]
+
+
+def _scaling_rows(lab: Lab, base) -> list[dict]:
+    c = lab.config
     rows = []
 
     def row(method, finetuned, scale, f):
@@ -279,6 +296,7 @@ EXPERIMENTS = {
     "training": training,
     "extrapolation": extrapolation,
     "rope_scaling": rope_scaling,
+    "rope_budget": rope_budget,
     "early_tokens": early_tokens,
     "passkey": passkey,
     "injection": injection,
@@ -290,6 +308,8 @@ DESCRIPTIONS = {
     "extrapolation": "loss above the floor at L, 2L, 4L, 8L, 16L for every scheme trained at L",
     "rope_scaling": "RoPE with PI, NTK, YaRN, Llama 3.1 at test time, and after a short "
     "fine-tune (plain RoPE fine-tuned: the control)",
+    "rope_budget": "rope_scaling for RoPE trained lm_long_steps (1200) steps, same initialisation, "
+    "data and warmup",
     "early_tokens": "loss by position in fresh L-long windows against fresh 4L-long ones, "
     "every scheme",
     "passkey": "retrieval accuracy by distance band at L and 8L (RoPE also with its scalings)",

@@ -62,20 +62,27 @@ class LabConfig:
     # sliding-window evaluation (posenc.lab.curves): windows advance by this
     # fraction of their length, scoring only the tokens they add
     sliding_stride: float = 0.25
+    # the language model's second budget (rope_budget): RoPE trained ``lm_long_steps``
+    # steps with the same initialisation, data and warmup as at ``steps``
+    lm_long_steps: int = 1200
     # multi-query associative recall (posenc.lab.recall): ``recall_pairs`` key-value
-    # pairs, trained ``recall_steps`` steps at L; scored at contexts
-    # ``recall_factors`` x L with the pairs more than L back; the needle grid puts one
-    # pair at each of ``needle_depths`` (fractions of the context) for contexts
-    # ``recall_factors`` x L
+    # pairs, trained ``recall_steps`` steps at L (warmup ``recall_warmup`` steps;
+    # ``None``: recall_steps // 20), the in-view accuracy probed every
+    # ``recall_probe_every`` steps on ``recall_probe_sequences`` inputs; scored
+    # in view on ``recall_sequences`` inputs, and at contexts ``recall_factors`` x L
+    # by distance band, ``recall_band_answers`` answers per band and context; the
+    # needle grid puts one pair at each of ``needle_depths`` (fractions of the
+    # context) for contexts ``recall_factors`` x L
     recall_steps: int = 3000
+    recall_warmup: int | None = None
     recall_pairs: int = 4
     recall_factors: tuple[int, ...] = (1, 2, 4, 8)
     recall_sequences: int = 256
+    recall_band_answers: int = 256
+    recall_probe_every: int = 250
+    recall_probe_sequences: int = 64
     recall_schemes: tuple[str, ...] = ()
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    # recall again, for these schemes, with a longer training budget (recall_budget)
-    recall_long_steps: int = 9000
-    recall_long_schemes: tuple[str, ...] = ("rope", "xpos", "kerple")
     seed: int = 0
 
     def __post_init__(self):
@@ -85,10 +92,12 @@ class LabConfig:
             "train_len", "d_model", "layers", "heads", "steps", "batch", "eval_tokens",
             "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
             "passkey_sequences", "wide_heads", "recall_steps", "recall_pairs", "recall_sequences",
-            "recall_long_steps",
+            "lm_long_steps", "recall_band_answers", "recall_probe_every", "recall_probe_sequences",
         ):  # fmt: skip
             check_int(name, getattr(self, name), minimum=1)
         check_int("finetune_steps", self.finetune_steps, minimum=0)
+        if self.recall_warmup is not None:
+            check_int("recall_warmup", self.recall_warmup, minimum=1)
         check_int("seed", self.seed, minimum=0)
         if self.train_len < 4:
             raise ValueError(f"train_len must be >= 4, got {self.train_len}")
@@ -96,12 +105,7 @@ class LabConfig:
             check_int("eval_factors", f, minimum=1) < 1 for f in self.eval_factors
         ):
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
-        for s in (
-            self.schemes
-            + self.retrieval_schemes
-            + tuple(self.recall_schemes)
-            + tuple(self.recall_long_schemes)
-        ):
+        for s in self.schemes + self.retrieval_schemes + tuple(self.recall_schemes):
             check_scheme(s)
         for name in ("rope_bases", "alibi_slope_scales", "yarn_betas", "needle_depths"):
             for v in getattr(self, name):
@@ -132,33 +136,49 @@ class LabConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> LabConfig:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        """The config of a stored run.  Fields of :data:`LEGACY_FIELDS` (settings of
+        experiments since removed) are dropped; any other unknown field is an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known - set(LEGACY_FIELDS))
+        if unknown:
+            raise ValueError(f"config must hold LabConfig fields only, got {', '.join(unknown)}")
+        return cls(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
+        )
 
+
+#: Fields of stored configs that set experiments no longer in the lab: ``recall_long_steps``
+#: and ``recall_long_schemes`` set ``recall_budget`` (RoPE, xPos, Kerple trained 9000 steps
+#: with their own seeds), replaced by one recall budget for every scheme.
+LEGACY_FIELDS = ("recall_long_steps", "recall_long_schemes")
+
+
+#: The schemes of the stored runs: the eight of the first stored run, then the other
+#: five registered ones (every entry of posenc.SCHEMES).
+FULL_SCHEMES = (
+    "none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple",
+    "shaw", "transformer_xl", "da", "fire", "cope",
+)  # fmt: skip
 
 _FULL = LabConfig(
     steps=300,
     passkey_steps=300,
     eval_tokens=8192,
     passkey_sequences=128,
-    schemes=("none", "sinusoidal", "learned", "rope", "alibi", "t5", "xpos", "kerple"),
+    schemes=FULL_SCHEMES,
+    recall_steps=9000,
+    recall_warmup=150,
 )
 
 PRESETS = {
-    # The stored 5-seed run, sized to the shared 2-core machine (see the README): 300
-    # steps; 32 evaluation sequences at 16L (max(32, eval_tokens // length) at every
-    # length), 128 per passkey band.  Schemes: the six the propositions are about, then
-    # xpos and kerple.  One scheme x one seed (its language and retrieval models and
-    # their evaluations) took, at one thread on the shared 2-core machine: xpos 35 s,
-    # kerple 32, fire 34, cope 51, shaw 33, transformer_xl 31, da 21; so all 13
-    # registered schemes x 5 seeds with --jobs 2 would take about 25 min, more than
-    # the time the stored run had.  The stored run of these eight took 1001 s of wall
-    # clock with --jobs 2 (meta in results/full.json).  The other registered schemes
-    # run with ``dataclasses.replace(PRESETS["full"], schemes=tuple(posenc.SCHEMES))``.
+    # The stored runs, sized to the shared 2-core machine (see the README and each
+    # results file's meta): 300 steps per language model (and 1200 for RoPE's second
+    # budget, rope_budget); 32 evaluation sequences at 16L (max(32, eval_tokens //
+    # length) at every length), 128 per passkey band; every registered scheme.
     "full": _FULL,
     # multi-query recall (python -m posenc.lab --preset recall): the full preset's
-    # settings; in the stored run, recall_steps (3000) let most schemes leave the
-    # guessing plateau and recall_long_steps (9000) the others (RoPE on no seed at
-    # 3000, on every seed at 9000).  PRESET_EXPERIMENTS says what each preset runs
+    # settings; every scheme trained recall_steps = 9000 steps with a warmup of 150 (the
+    # warmup of the 3000-step discovery run).  PRESET_EXPERIMENTS says what each runs
     "recall": _FULL,
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(
@@ -166,6 +186,7 @@ PRESETS = {
         eval_factors=(1, 2, 4),
         d_model=32,
         steps=40,
+        lm_long_steps=80,
         batch=16,
         eval_tokens=256,
         finetune_steps=8,
@@ -179,7 +200,9 @@ PRESETS = {
         recall_pairs=1,
         recall_factors=(1, 2, 4),
         recall_sequences=32,
-        recall_long_steps=80,
+        recall_band_answers=32,
+        recall_probe_every=10,
+        recall_probe_sequences=16,
     ),
 }
 
@@ -212,15 +235,21 @@ class Lab:
         self.recall = RecallTask(pairs=self.config.recall_pairs)
         self._tasks = {"lm": self.lm, "passkey": self.retrieval, "recall": self.recall}
         self._models: dict = {}
+        #: ``{(task, scheme, ...): [{"step", "accuracy", "accuracy_round1",
+        #: "accuracy_round2"}, ...]}``: the in-view accuracy of each recall model,
+        #: probed during training every ``recall_probe_every`` steps
+        self.probes: dict = {}
 
     def model(self, task: str, scheme: str, inject: str = "input", **variant):
         """``(model, curve)``: a :class:`TinyDecoder` trained at ``train_len`` on ``task``.
 
         ``variant``: :class:`TinyDecoder` settings that differ from the
         configuration's, for the sweeps (``rope_base``, ``heads``,
-        ``alibi_slope_scale``) or a training budget other than the task's
-        (``steps``).  A variant is a model of its own, with its own seed; with
-        no variant the seeds are those of the stored runs.
+        ``alibi_slope_scale``), or a training budget other than the task's
+        (``steps``).  A settings variant is a model of its own, with its own
+        seed; a budget variant keeps the initialisation, the training data and
+        the warmup of the task's own budget, so that only the budget changes.
+        With no variant the seeds are those of the stored runs.
         """
         check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
@@ -230,7 +259,11 @@ class Lab:
         if key not in self._models:
             c = self.config
             data = self._tasks[task]
-            torch.manual_seed(seed_for(c.seed, "init", *key))
+            # the seeds leave out the budget: a budget variant starts from the same model
+            same = (task, scheme, inject) + tuple(
+                sorted((k, v) for k, v in variant.items() if k != "steps")
+            )
+            torch.manual_seed(seed_for(c.seed, "init", *same))
             settings = dict(
                 d_model=c.d_model,
                 layers=c.layers,
@@ -240,11 +273,16 @@ class Lab:
                 table_len=c.table_len if scheme == "learned" else None,
             )
             steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps}[task]
+            warmup = c.recall_warmup if task == "recall" else None
+            warmup = max(1, steps // 20) if warmup is None else warmup  # the task's own
             shape = dict(variant)  # the model's settings: all but the training budget
             steps = check_int("steps", shape.pop("steps", steps), minimum=0)
             model = TinyDecoder(data.vocab, scheme, c.train_len, **{**settings, **shape}).to(
                 self.device
             )
+            probe = None
+            if task == "recall":
+                probe = self._recall_probe(model, self.probes.setdefault(key, []))
             curve = train(
                 model,
                 data,
@@ -252,14 +290,31 @@ class Lab:
                 steps=steps,
                 batch=c.batch,
                 lr=c.lr,
-                seed=seed_for(c.seed, "data", *key),
+                seed=seed_for(c.seed, "data", *same),
                 progress=self.progress,
                 desc=f"{task} {scheme}"
                 + ("" if inject == "input" else f" ({inject})")
                 + "".join(f" {k}={v}" for k, v in sorted(variant.items())),
+                warmup=min(warmup, max(1, steps)),
+                callback=probe,
+                callback_every=c.recall_probe_every,
             )
             self._models[key] = (model, curve)
         return self._models[key]
+
+    def _recall_probe(self, model, log: list):
+        """A training callback that appends the in-view accuracy (every round, and each
+        round alone) on fixed probe inputs to ``log``."""
+        c, task = self.config, self.recall
+        g = torch.Generator().manual_seed(seed_for(c.seed, "recall-probe"))
+        inputs, targets, weights = task.batch(c.recall_probe_sequences, c.train_len, g)
+
+        def probe(step):
+            from .recall import round_accuracies
+
+            log.append({"step": step, **round_accuracies(model, task, inputs, targets, weights)})
+
+        return probe
 
     def lm_loss(self, model, length: int, name: str = "length", per_sequence: bool = False):
         """Per-position loss ``(length,)`` on evaluation data shared by every model.

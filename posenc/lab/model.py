@@ -62,11 +62,11 @@ class _Block(nn.Module):
         # in at call time)
         self.encoding = encoding
 
-    def forward(self, x: torch.Tensor, encoding) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, encoding, mask=None) -> torch.Tensor:
         b, n, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
-        a = posenc.attention(q, k, v, encoding=encoding, causal=True)
+        a = posenc.attention(q, k, v, encoding=encoding, causal=True, mask=mask)
         x = x + self.out(a.transpose(1, 2).reshape(b, n, d))
         return x + self.mlp(self.ln2(x))
 
@@ -103,6 +103,12 @@ class TinyDecoder(nn.Module):
     options
         More keyword arguments for the scheme's ``build``, e.g. a new scheme's
         settings.
+
+    Attribute ``window`` (default ``None``): when set to an int ``w``, every
+    query attends only to its last ``w`` keys (itself and the ``w - 1`` before
+    it), through a keep-mask passed to ``posenc.attention``; the lab's
+    window-of-``L`` control of the recall task sets it on a copy of a trained
+    model.
     """
 
     def __init__(
@@ -181,6 +187,7 @@ class TinyDecoder(nn.Module):
         self.shared = build() if cls.shared_across_layers and not self.on_input else None
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
+        self.window: int | None = None
 
     # ------------------------------------------------------------------ positions
 
@@ -218,15 +225,20 @@ class TinyDecoder(nn.Module):
         self.check_length(tokens.shape[1], "seq")
         x = self.embed(tokens)
         positions = torch.arange(tokens.shape[1], device=tokens.device)
+        mask = None
+        if self.window is not None:
+            window = check_int("window", self.window, minimum=1)
+            mask = positions[:, None] - positions[None, :] < window  # keys i - w < j (<= i)
         for i, block in enumerate(self.blocks):
             if self.on_input and (i == 0 or self.inject == "every"):
                 table = self.tables[i if self.inject == "every" else 0]
                 x = x + table.encode(positions).to(x.dtype)
-            x = block(x, self.shared if block.encoding is None else block.encoding)
+            x = block(x, self.shared if block.encoding is None else block.encoding, mask)
         return self.head(self.ln_f(x))
 
     def extra_repr(self) -> str:
-        return f"scheme={self.scheme!r}, train_len={self.train_len}, inject={self.inject!r}"
+        window = "" if self.window is None else f", window={self.window}"
+        return f"scheme={self.scheme!r}, train_len={self.train_len}, inject={self.inject!r}{window}"
 
 
 def num_parameters(model: nn.Module) -> int:

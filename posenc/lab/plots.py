@@ -84,9 +84,9 @@ def extrapolation(results):
     return fig
 
 
-def rope_scaling(results):
+def rope_scaling(results, name="rope_scaling"):
     plt = _plt()
-    rows = summarize(results["rope_scaling"])
+    rows = summarize(results[name])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, tuned in zip(axes, (False, True), strict=True):
         for method in dict.fromkeys(r["method"] for r in rows):
@@ -100,8 +100,16 @@ def rope_scaling(results):
     axes[0].set_yscale("log")
     axes[0].set_ylabel("loss above the entropy floor (nats)")
     axes[0].legend(fontsize=9)
+    if name != "rope_scaling":
+        steps = sorted({r["steps"] for r in results[name]})
+        fig.suptitle(f"RoPE trained {', '.join(map(str, steps))} steps", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def rope_budget(results):
+    """:func:`rope_scaling` for the RoPE model of the second budget (``rope_budget`` rows)."""
+    return rope_scaling(results, "rope_budget")
 
 
 def early_tokens(results):
@@ -400,78 +408,113 @@ def _context(factor):
     return "L, in view" if factor == 0 else ("L" if factor == 1 else f"{factor}L")
 
 
-def recall(results):
-    """Every seed's recall accuracy by context, filled where that seed's model learned the task.
+def _slot(row):
+    return f"{_context(row['factor'])}: {row['band']}"
 
-    Outcomes are bimodal (a model learns the task or stays near chance), so a
-    mean over all seeds would describe no model: the short bar is the mean
-    over the seeds that learned.  ``rope:<method>`` rows (RoPE with a scaling)
-    share the RoPE panel, side by side within each context."""
+
+def recall(results):
+    """Recall accuracy by context and distance band, every seed, one panel per model.
+
+    Filled points: full attention, filled where that seed's model learned the
+    task in view; crosses: the same model with attention limited to its last L
+    keys (the control); bars: the median over seeds of each.  ``rope:<method>``
+    (RoPE with a scaling at test time) has a panel of its own."""
     plt = _plt()
-    raw = results["recall"]
-    learned = {(r["scheme"], r["seed"]): r["learned"] == 1 for r in raw if r["factor"] == 0}
-    factors = sorted({r["factor"] for r in raw})
-    base = [s for s in dict.fromkeys(r["scheme"] for r in raw) if ":" not in s]
+    raw = [r for r in results["recall"] if r["factor"] > 0]
+    learned = {(r["scheme"], r["seed"]): r["learned"] == 1 for r in results["recall"]
+               if r["factor"] == 0}  # fmt: skip
+    names = list(dict.fromkeys(r["scheme"] for r in raw))
+    slots = list(dict.fromkeys(_slot(r) for r in sorted(raw, key=lambda r: (r["factor"], r["lo"]))))
     seeds = list(dict.fromkeys(r["seed"] for r in raw))
-    fig, axes = _grid(plt, len(base), 2, 10, 3.4, sharey=True)
-    for ax, scheme in zip(axes.flat, base, strict=False):
-        names = [scheme] + [n for n in dict.fromkeys(r["scheme"] for r in raw)
-                            if n.startswith(scheme + ":")]  # fmt: skip
-        colour = {n: f"C{j}" for j, n in enumerate(names)}
-        for i, f in enumerate(factors):
-            here = [n for n in names if _pick(raw, scheme=n, factor=f)]  # centred at each tick
-            width = 0.8 / max(1, len(here))
-            for j, name in enumerate(here):
-                x = i + (j - (len(here) - 1) / 2) * width
-                for k, seed in enumerate(seeds):
-                    good = learned.get((scheme, seed), False)
-                    jitter = (k - (len(seeds) - 1) / 2) * 0.6 * width / max(1, len(seeds) - 1)
-                    ax.scatter(
-                        [x + jitter for _ in _pick(raw, scheme=name, factor=f, seed=seed)],
-                        [r["accuracy"] for r in _pick(raw, scheme=name, factor=f, seed=seed)],
-                        s=18, zorder=3, edgecolors=colour[name],
-                        facecolors=colour[name] if good else "none",
-                    )  # fmt: skip
-                accs = [r["accuracy"] for r in _pick(raw, scheme=name, factor=f)
-                        if learned.get((scheme, r["seed"]), False)]  # fmt: skip
-                if accs:
-                    ax.plot([x - width / 2, x + width / 2], [sum(accs) / len(accs)] * 2,
-                            color=colour[name], lw=2)  # fmt: skip
+    fig, axes = _grid(plt, len(names), 3, 13, 2.7, sharey=True)
+    for ax, name in zip(axes.flat, names, strict=False):
+        base = name.split(":")[0]
+        for x, slot in enumerate(slots):
+            for attention, dx in (("full", -0.15), ("window", 0.15)):
+                rows = [r for r in raw if r["scheme"] == name and _slot(r) == slot
+                        and r["attention"] == attention]  # fmt: skip
+                if not rows:
+                    continue
+                for r in rows:
+                    good = learned.get((base, r["seed"]), False)
+                    k = seeds.index(r["seed"])
+                    jitter = (k - (len(seeds) - 1) / 2) * 0.2 / max(1, len(seeds))
+                    if attention == "full":
+                        ax.scatter(
+                            [x + dx + jitter],
+                            [r["accuracy"]],
+                            s=14,
+                            zorder=3,
+                            edgecolors="C0",
+                            facecolors="C0" if good else "none",
+                        )
+                    else:
+                        ax.scatter([x + dx + jitter], [r["accuracy"]], s=14, zorder=3,
+                                   marker="x", color="C3", lw=0.8, label="_window")  # fmt: skip
+                accs = sorted(r["accuracy"] for r in rows)
+                median = (accs[(len(accs) - 1) // 2] + accs[len(accs) // 2]) / 2
+                ax.plot([x + dx - 0.12, x + dx + 0.12], [median] * 2,
+                        color="C0" if attention == "full" else "C3", lw=2)  # fmt: skip
         ax.axhline(raw[0]["chance"], color="gray", ls="--", lw=1)
-        ax.set_xticks(range(len(factors)), [_context(f) for f in factors])
-        got = sum(learned.get((scheme, s), False) for s in seeds)
-        ax.set(
-            title=f"{scheme} ({got} of {len(seeds)} seeds learned)",
-            ylim=(-0.05, 1.25),  # room above 1 for the legend
-            yticks=[0, 0.25, 0.5, 0.75, 1],
-            xlabel="context (tokens kept before the queries)",
-        )
-        if len(names) > 1:
-            handles = [plt.Line2D([], [], color=colour[n], marker="o", ls="",
-                                  label=n.split(":")[-1] if ":" in n else "plain")
-                       for n in names]  # fmt: skip
-            ax.legend(handles=handles, fontsize=8, ncol=len(names), loc="upper right")
+        ax.set_xticks(range(len(slots)), slots, rotation=60, fontsize=7)
+        got = sum(learned.get((base, s), False) for s in seeds)
+        ax.set(title=f"{name} ({got} of {len(seeds)} seeds learned)", ylim=(-0.05, 1.05),
+               yticks=[0, 0.5, 1])  # fmt: skip
     for ax in axes[:, 0]:
-        ax.set_ylabel("recall accuracy")
+        ax.set_ylabel("accuracy")
     fig.suptitle(
-        "Recall with every pair L to 2L back (points: seeds, filled if that model learned "
-        "the task; bar: mean of those; dashed: chance)",
+        "Recall by context: distance band (circles: full attention, filled if the model "
+        "learned; crosses: attention limited to the last L keys; bars: medians; dashed: chance)",
         fontsize=10,
     )
     fig.tight_layout()
     return fig
 
 
-def recall_budget(results):
-    """:func:`recall` for the models trained with the longer budget (``recall_budget`` rows)."""
-    rows = results["recall_budget"]
-    fig = recall({"recall": rows})
-    steps = sorted({r["steps"] for r in rows})
-    fig.suptitle(
-        f"Recall after {', '.join(map(str, steps))} training steps, every pair L to 2L back "
-        "(points: seeds, filled if that model learned; bar: mean of those; dashed: chance)",
-        fontsize=10,
-    )
+def recall_answers(results):
+    """How far back the scored keys lie: the distances of every band, at each context."""
+    plt = _plt()
+    rows = results["recall_answers"]
+    factors = sorted({r["factor"] for r in rows})
+    fig, axes = _grid(plt, len(factors), 4, 12, 2.6, sharey=True)
+    for ax, f in zip(axes.flat, factors, strict=False):
+        for r in dict((r["band"], r) for r in rows if r["factor"] == f).values():
+            ds = [d for x in rows if x["factor"] == f and x["band"] == r["band"]
+                  for d in x["distances"]]  # fmt: skip
+            xs = list(range(min(ds), max(ds) + 1))
+            counts = [0] * len(xs)
+            for d in ds:
+                counts[d - xs[0]] += 1
+            ax.step(xs, counts, where="mid", label=r["band"], lw=1)
+        ax.set(title=f"context {_context(f)}", xlabel="query position minus key position")
+        ax.legend(fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("answers")
+    fig.tight_layout()
+    return fig
+
+
+def recall_curve(results):
+    """In-view recall accuracy during training, every seed, one panel per scheme."""
+    plt = _plt()
+    rows = results["recall_curve"]
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, axes = _grid(plt, len(schemes), 4, 13, 2.4, sharey=True, sharex=True)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
+        for seed in dict.fromkeys(r["seed"] for r in rows):
+            rs = _pick(rows, scheme=scheme, seed=seed)
+            ax.plot([r["step"] for r in rs], [r["accuracy_round1"] for r in rs], lw=0.9,
+                    color="C0", alpha=0.8)  # fmt: skip
+            ax.plot([r["step"] for r in rs], [r["accuracy_round2"] for r in rs], lw=0.9,
+                    color="C1", alpha=0.6, ls=":")  # fmt: skip
+        ax.set(title=scheme, ylim=(-0.05, 1.05))
+    for ax in axes[-1, :]:
+        ax.set_xlabel("training step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("in-view accuracy")
+    fig.suptitle("In-view recall during training, each seed (solid: first query round; "
+                 "dotted: second round)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
     return fig
 
 
@@ -529,6 +572,7 @@ FIGURES = {
     "training": training,
     "extrapolation": extrapolation,
     "rope_scaling": rope_scaling,
+    "rope_budget": rope_budget,
     "early_tokens": early_tokens,
     "passkey": passkey,
     "injection": injection,
@@ -538,6 +582,7 @@ FIGURES = {
     "alibi_slopes": alibi_slopes,
     "yarn_sweep": yarn_sweep,
     "recall": recall,
-    "recall_budget": recall_budget,
+    "recall_answers": recall_answers,
+    "recall_curve": recall_curve,
     "needle_grid": needle_grid,
 }

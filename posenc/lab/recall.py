@@ -1,4 +1,4 @@
-"""Multi-query associative recall: a task whose answer lies more than ``L`` back.
+"""Multi-query associative recall: a task whose answer must be found by position.
 
 The passkey task of :mod:`posenc.lab.data` hides a value that is unique by its
 content, so attention can find it wherever it sits.  Here every answer must be
@@ -18,27 +18,31 @@ which tokens are in view guesses at about chance.
 Token ids: keys ``0 .. keys-1``, values (and fillers) ``keys .. keys+values-1``;
 :attr:`RecallTask.vocab` is their count.
 
-Three samplers, all fresh draws from a :class:`torch.Generator`:
+Samplers, all fresh draws from a :class:`torch.Generator`:
 
-* :meth:`RecallTask.batch` (training, any length): the pairs anywhere before
-  the query block; every query's answer is scored.
-* :meth:`RecallTask.far_batch`: an input of ``length`` tokens whose pairs all
-  lie in ``[length - 2 span, length - span)``, so that the last ``span``
-  tokens (the context a model trained at ``L = span`` sees) hold the query
-  block and fillers only.  Cutting the same input to its last ``c`` tokens
-  gives the *same scored answers* at every context ``c``: below ``2 span`` the
-  pairs are out of view and only a guess is possible.
+* :meth:`RecallTask.batch` (training and the in-view score, any length): the
+  pairs anywhere before the query block; every query round is scored.
+* :meth:`RecallTask.band_batch`: every scored query's key lies a chosen number
+  of tokens before that query (a distance *band*); the distance of every
+  answer is returned and stored.
 * :meth:`RecallTask.needle_batch`: one scored pair (the needle) at a chosen
   depth of the context, the other pairs at random; only the needle's answer
   is scored.
 
-The experiments (:func:`recall`, :func:`needle_grid`) score the argmax over
-the value tokens at every scored query: chance is ``1 / values``.
+The experiments score the argmax over the value tokens at every scored query:
+chance is ``1 / values``.  :func:`recall` scores each model in view (each
+query round apart) and by band at every context, and the same model with its
+attention limited to its last ``L`` keys (the *window-of-L control*: recall
+of a key more than ``L`` back beyond what that control reaches needs the
+model's own reach); :func:`recall_curve` gives the in-view accuracy probed
+during training (steps to the learning criterion); :func:`needle_grid` the
+needle's accuracy by depth and context.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 
@@ -47,9 +51,9 @@ from .tasks import RecallTask
 from .train import seed_for
 
 __all__ = [
-    "DESCRIPTIONS", "EXPERIMENTS", "RecallTask", "learned_seeds", "learned_threshold",
-    "needle_grid", "recall", "recall_budget",
-    "recall_accuracy",
+    "DESCRIPTIONS", "EXPERIMENTS", "RecallTask", "bands", "criterion_step", "learned_seeds",
+    "learned_threshold", "needle_grid", "recall", "recall_accuracy", "recall_answers",
+    "recall_curve", "recall_hits", "round_accuracies",
 ]  # fmt: skip
 
 
@@ -75,63 +79,128 @@ def recall_accuracy(model, task: RecallTask, inputs, targets, weights, max_batch
     return correct / count, loss / count
 
 
+@torch.no_grad()
+def recall_hits(model, task: RecallTask, inputs, targets, weights, max_batch: int = 16):
+    """Bool ``(answers,)``: whether the argmax over the value tokens is the answer, at every
+    scored position, in row-major order (the order of :meth:`RecallTask.band_batch`'s
+    ``distances``)."""
+    model.eval()
+    device = next(model.parameters()).device
+    lo, hi = task.keys, task.keys + task.values
+    out = []
+    for start in range(0, len(inputs), max_batch):
+        x = inputs[start : start + max_batch].to(device)
+        y = targets[start : start + max_batch].to(device)
+        w = weights[start : start + max_batch].to(device) > 0
+        logits = model(x)[w]
+        out.append((logits[:, lo:hi].argmax(-1) + lo == y[w]).cpu())
+    return torch.cat(out)
+
+
+def round_accuracies(model, task: RecallTask, inputs, targets, weights) -> dict:
+    """In-view accuracy of inputs from :meth:`RecallTask.batch`: over every round
+    (``accuracy``) and over each round alone (``accuracy_round1``, ...), floats."""
+    hits = recall_hits(model, task, inputs, targets, weights)
+    length = inputs.shape[1]
+    per_row = weights[0] > 0  # every row scores the same positions
+    order = torch.nonzero(per_row).flatten()
+    out = {"accuracy": rounded(hits.double().mean())}
+    grid = hits.view(len(inputs), len(order))
+    for r in range(task.rounds):
+        cols = task.round_mask(length, r)[order]
+        out[f"accuracy_round{r + 1}"] = rounded(grid[:, cols].double().mean())
+    return out
+
+
 def _schemes(lab: Lab) -> tuple[str, ...]:
     return lab.config.recall_schemes or lab.config.schemes
 
 
-def recall(lab: Lab) -> list[dict]:
-    """Accuracy (and loss) on the same scored answers at contexts ``c L``, ``c`` in
-    ``recall_factors``, with every pair between ``L`` and ``2L`` tokens before the
-    end (:meth:`RecallTask.far_batch` with ``span = L``).
-
-    Also the accuracy at ``L`` on ordinary inputs (``factor = 0``: pairs
-    within view, as in training), which tells whether the model learned the
-    task at all (``learned``, see :func:`learned_threshold`).  At context
-    ``L`` the answers are out of view; accuracy above chance beyond ``L``
-    needs a model that reaches and locates a token more than ``L`` back.
-    RoPE is also scored with each scaling at factor ``c`` (rows ``rope:<method>``).
-    """
-    return _recall_rows(lab, _schemes(lab))
-
-
-def recall_budget(lab: Lab) -> list[dict]:
-    """:func:`recall` for ``recall_long_schemes`` trained ``recall_long_steps`` steps.
-
-    Whether a model leaves the guessing plateau depends on the training
-    budget: the cosine schedule of a longer run keeps a high learning rate for
-    longer.  Same evaluation data as :func:`recall`; every row adds ``steps``.
-    """
-    c = lab.config
-    return _recall_rows(lab, c.recall_long_schemes, steps=c.recall_long_steps)
+def bands(train_len: int, factor: int, block: int) -> list[tuple[str, int, int]]:
+    """``[(label, lo, hi), ...]``: the distance bands scored at context ``factor * L``:
+    ``< L`` (1 to ``L - 1``), then ``L-2L``, ``2L-4L``, ... (``c L`` to ``2 c L - 1``), each
+    while its ``lo`` fits before the first query of an input of ``factor * L`` tokens
+    (``lo <= factor L - block``).  Distances past the input are cut by the sampler."""
+    L = train_len
+    out = [("<L", 1, L - 1)]
+    c = 1
+    while c * L <= factor * L - block:
+        out.append((f"{'' if c == 1 else c}L-{2 * c}L", c * L, 2 * c * L - 1))
+        c *= 2
+    return out
 
 
-def _recall_rows(lab: Lab, schemes, steps=None) -> list[dict]:
+def _band_inputs(lab: Lab):
+    """``{(factor, label): (lo, hi, inputs, targets, weights, distances)}``: the band inputs
+    of one seed, shared by every model (fixed by the seed, the factor and the band)."""
     c = lab.config
     L, task = c.train_len, lab.recall
-    longest = L * max(max(c.recall_factors), 2)
+    count = math.ceil(c.recall_band_answers / task.pairs)
+    out = {}
+    for f in c.recall_factors:
+        for label, lo, hi in bands(L, f, task.block):
+            g = torch.Generator().manual_seed(seed_for(c.seed, "recall-band", f, lo))
+            out[f, label] = (lo, hi, *task.band_batch(count, f * L, lo, hi, g))
+    return out
+
+
+def recall(lab: Lab) -> list[dict]:
+    """Every recall model scored in view and by distance band, with the window-of-L control.
+
+    In view (``factor = 0``): ``recall_sequences`` ordinary inputs of ``L``;
+    ``accuracy`` over every query round, ``accuracy_round1`` and
+    ``accuracy_round2`` apart (the first round's answers lie before the query
+    block, the second's also a few tokens back inside it), ``learned``
+    (``accuracy`` above :func:`learned_threshold`) and ``criterion_step``
+    (:func:`criterion_step`, ``None`` when never reached).
+
+    By band (``factor = c``): for each context ``c L`` and each band of
+    :func:`bands`, ``recall_band_answers`` answers whose key lies that far
+    before its query (:meth:`RecallTask.band_batch`, the same inputs for every
+    model), scored with full attention (``attention = "full"``) and with
+    attention limited to the last ``L`` keys (``"window"``).  Fields:
+    ``band``, ``lo``, ``hi``, ``answers``, ``correct``, ``accuracy``,
+    ``chance`` and ``hits`` (one character per answer, ``"1"`` if right, in the
+    order of :func:`recall_answers`' ``distances``).  RoPE is also scored with
+    each scaling at factor ``c`` (rows ``rope:<method>``, ``c > 1``).
+    """
+    c = lab.config
+    L, task = c.train_len, lab.recall
     g = torch.Generator().manual_seed(seed_for(c.seed, "recall-eval"))
-    far = task.far_batch(c.recall_sequences, longest, L, g)
     near = task.batch(c.recall_sequences, L, g)
-    chance = 1 / task.values
-    extra = {} if steps is None else {"steps": steps}
+    inputs = _band_inputs(lab)
+    chance = rounded(1 / task.values)
+    threshold = learned_threshold(task)
     rows = []
 
-    def score(name, model, factor, inputs, targets, weights):
-        acc, loss = recall_accuracy(model, task, inputs, targets, weights)
-        rows.append(
-            {"scheme": name, **extra, "factor": factor, "length": inputs.shape[1],
-             "accuracy": rounded(acc), "loss": rounded(loss), "chance": rounded(chance)}
-        )  # fmt: skip
-        return acc
+    def by_band(name, model, factors):
+        for (f, label), (lo, hi, x, y, w, _) in inputs.items():
+            if f not in factors or (model.max_len is not None and f * L > model.max_len):
+                continue
+            for attention in ("full", "window"):
+                scored = model
+                if attention == "window":
+                    scored = copy.deepcopy(model)
+                    scored.window = L
+                hits = recall_hits(scored, task, x, y, w)
+                rows.append(
+                    {"scheme": name, "factor": f, "length": f * L, "band": label, "lo": lo,
+                     "hi": hi, "attention": attention, "answers": len(hits),
+                     "correct": int(hits.sum()), "accuracy": rounded(hits.double().mean()),
+                     "chance": chance, "hits": "".join("1" if h else "0" for h in hits.tolist())}
+                )  # fmt: skip
 
-    for scheme in schemes:
-        model, _ = lab.model("recall", scheme, **extra)
-        acc = score(scheme, model, 0, *near)
-        learned = acc > learned_threshold(task)
-        rows[-1]["learned"] = 1.0 if learned else 0.0  # a float: averaged over seeds
-        for f in c.recall_factors:
-            if model.max_len is None or f * L <= model.max_len:
-                score(scheme, model, f, *(t[:, -f * L :] for t in far))
+    for scheme in _schemes(lab):
+        model, _ = lab.model("recall", scheme)
+        view = round_accuracies(model, task, *near)
+        step = criterion_step(lab.probes[("recall", scheme, "input")], threshold)
+        rows.append(
+            {"scheme": scheme, "factor": 0, "length": L, **view,
+             "answers": int((near[2] > 0).sum()), "chance": chance,
+             "learned": 1.0 if view["accuracy"] > threshold else 0.0,
+             "criterion_step": None if step is None else float(step)}
+        )  # fmt: skip
+        by_band(scheme, model, c.recall_factors)
         if scheme == "rope":
             for method in ROPE_METHODS[1:]:
                 for f in c.recall_factors:
@@ -140,7 +209,33 @@ def _recall_rows(lab: Lab, schemes, steps=None) -> list[dict]:
                     scaled = copy.deepcopy(model)
                     scaled.set_rope_scaling(rope_scaling_for(method, f, L))
                     scaled.to(lab.device)
-                    score(f"rope:{method}", scaled, f, *(t[:, -f * L :] for t in far))
+                    by_band(f"rope:{method}", scaled, (f,))
+    return rows
+
+
+def recall_answers(lab: Lab) -> list[dict]:
+    """The distance of every answer :func:`recall` scores by band: one row per context and
+    band, ``distances`` (query position minus key position, in the order of the ``hits``
+    of :func:`recall`'s rows).  Needs no model."""
+    return [
+        {"factor": f, "band": label, "lo": lo, "hi": hi, "distances": d.flatten().tolist()}
+        for (f, label), (lo, hi, *_, d) in _band_inputs(lab).items()
+    ]
+
+
+def criterion_step(probes: list[dict], threshold: float) -> int | None:
+    """The first probed step whose in-view accuracy exceeds ``threshold`` (``None``: never)."""
+    return next((p["step"] for p in probes if p["accuracy"] > threshold), None)
+
+
+def recall_curve(lab: Lab) -> list[dict]:
+    """The in-view accuracy of every recall model, probed during training every
+    ``recall_probe_every`` steps on ``recall_probe_sequences`` fixed inputs: rows
+    ``scheme``, ``step``, ``accuracy``, ``accuracy_round1``, ``accuracy_round2``."""
+    rows = []
+    for scheme in _schemes(lab):
+        lab.model("recall", scheme)
+        rows += [{"scheme": scheme, **p} for p in lab.probes[("recall", scheme, "input")]]
     return rows
 
 
@@ -194,12 +289,18 @@ def learned_seeds(rows: list[dict]) -> dict:
     return out
 
 
-EXPERIMENTS = {"recall": recall, "needle_grid": needle_grid, "recall_budget": recall_budget}
+EXPERIMENTS = {
+    "recall": recall,
+    "recall_answers": recall_answers,
+    "recall_curve": recall_curve,
+    "needle_grid": needle_grid,
+}
 
 DESCRIPTIONS = {
-    "recall": "multi-query associative recall: accuracy on the same answers at contexts "
-    "L..8L with every pair more than L back (RoPE also with its scalings)",
+    "recall": "multi-query associative recall: in-view accuracy by query round, and accuracy "
+    "by distance band (<L, L-2L, 2L-4L, 4L-8L) at contexts L..8L, with attention limited "
+    "to the last L keys as the control (RoPE also with its scalings)",
+    "recall_answers": "the distance from every query recall scores by band to its key",
+    "recall_curve": "in-view recall accuracy probed during training (steps to the criterion)",
     "needle_grid": "recall of one pair placed at depth 0-100% of contexts L..8L, every scheme",
-    "recall_budget": "recall again for recall_long_schemes (RoPE, xPos, Kerple) trained "
-    "recall_long_steps (9000)",
 }

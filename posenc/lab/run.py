@@ -19,7 +19,10 @@ from .lab import PRESETS, Lab, LabConfig
 from .stats import t_interval
 from .train import peak_memory_mb
 
-__all__ = ["SETTINGS", "TOLERANCE", "compare", "parse_seeds", "run_all", "summarize"]
+__all__ = [
+    "PER_ANSWER", "SETTINGS", "TOLERANCE", "compare", "merge", "parse_seeds", "run_all",
+    "summarize",
+]  # fmt: skip
 
 
 def parse_seeds(text) -> list[int]:
@@ -46,15 +49,30 @@ def parse_seeds(text) -> list[int]:
     return seeds
 
 
-def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None, device="cpu"):
-    """All ``names`` for one seed: ``(results, meta)``; every row starts with ``seed``."""
+def _run_seed(
+    config: LabConfig, names, progress=False, log=None, threads=None, device="cpu", done=None
+):
+    """All ``names`` for one seed: ``(results, meta)``; every row starts with ``seed``.
+
+    ``done(results, meta)``, when given, is called after every experiment with
+    what the seed has finished so far.  An experiment that raises leaves
+    ``meta["error"]`` (the experiment and the error) and stops the seed: the
+    finished experiments are returned.
+    """
     if threads is not None:
         torch.set_num_threads(threads)
     lab = Lab(config, progress=progress, device=device)
     results, meta = {}, {"seconds": {}, "peak_memory_mb": {}}
     for name in names:
         start = time.perf_counter()
-        results[name] = [{"seed": config.seed, **r} for r in EXPERIMENTS[name](lab)]
+        try:
+            rows = [{"seed": config.seed, **r} for r in EXPERIMENTS[name](lab)]
+        except Exception as err:  # a late failure keeps what the seed finished
+            meta["error"] = f"seed {config.seed}, experiment {name}: {type(err).__name__}: {err}"
+            if log is not None:
+                log(f"FAILED {meta['error']}")
+            return results, meta
+        results[name] = rows
         meta["seconds"][name] = round(time.perf_counter() - start, 1)
         meta["peak_memory_mb"][name] = round(peak_memory_mb(), 1)
         if log is not None:
@@ -62,6 +80,8 @@ def _run_seed(config: LabConfig, names, progress=False, log=None, threads=None, 
                 f"seed {config.seed} {name}: {meta['seconds'][name]:.1f} s, "
                 f"peak memory {meta['peak_memory_mb'][name]:.0f} MiB"
             )
+        if done is not None:
+            done(results, meta)
     return results, meta
 
 
@@ -78,6 +98,7 @@ def run_all(
     device="cpu",
     progress: bool = False,
     log=None,
+    save=None,
 ) -> dict:
     """Run ``experiments`` (names from :data:`EXPERIMENTS`; all by default) for every seed.
 
@@ -94,6 +115,13 @@ def run_all(
     ``meta`` holds wall-clock seconds and peak memory per seed and experiment
     (they vary from run to run and are never compared).  ``log`` (e.g.
     ``print``) receives one line per finished experiment.
+
+    A seed whose experiment raises stops there; the others run on.  The output
+    then holds every finished experiment of every seed (a seed's rows only for
+    the experiments it finished) and ``meta["errors"]`` says what failed.
+    ``save(output)``, when given, is called with the output so far after every
+    finished experiment (one process) or seed (``jobs > 1``), so a run that
+    fails late, or is stopped, keeps what it finished.
     """
     config = PRESETS["full"] if config is None else config
     names = list(EXPERIMENTS) if experiments is None else list(experiments)
@@ -102,45 +130,131 @@ def run_all(
     seeds = [config.seed] if seeds is None else parse_seeds(seeds)
     jobs = check_int("jobs", jobs, minimum=1)
     configs = [dataclasses.replace(config, seed=s) for s in seeds]
+    outs: dict = {}
+
+    def output():
+        done = [(c, outs[c.seed]) for c in configs if c.seed in outs]
+        results = {n: [r for _, (res, _) in done for r in res.get(n, [])] for n in names}
+        meta = {
+            "seconds": {str(c.seed): m["seconds"] for c, (_, m) in done},
+            "peak_memory_mb": max(
+                (max(m["peak_memory_mb"].values(), default=0) for _, (_, m) in done), default=0
+            ),
+            "jobs": jobs,
+            "torch": torch.__version__,
+        }
+        errors = [m["error"] for _, (_, m) in done if "error" in m]
+        if errors:
+            meta["errors"] = errors
+        return {
+            "config": configs[0].to_dict(), "seeds": [c.seed for c, _ in done],
+            "results": results, "meta": meta,
+        }  # fmt: skip
+
+    def finished(seed):
+        def done(res, meta):
+            outs[seed] = (dict(res), meta)
+            if save is not None:
+                save(output())
+
+        return done
+
     if jobs == 1 or len(seeds) == 1:
-        outs = [_run_seed(c, names, progress, log, device=device) for c in configs]
+        for c in configs:
+            outs[c.seed] = _run_seed(c, names, progress, log, device=device, done=finished(c.seed))
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
 
         threads = max(1, torch.get_num_threads() // jobs)
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = [
-                pool.submit(_run_seed_job, c.to_dict(), names, threads, str(device))
+            futures = {
+                pool.submit(_run_seed_job, c.to_dict(), names, threads, str(device)): c
                 for c in configs
-            ]
-            outs = []
-            for c, f in zip(configs, futures, strict=True):
-                outs.append(f.result())
+            }
+            for f in cf.as_completed(futures):
+                c = futures[f]
+                try:
+                    outs[c.seed] = f.result()
+                except Exception as err:  # the worker itself died: nothing of this seed
+                    outs[c.seed] = (
+                        {},
+                        {
+                            "seconds": {},
+                            "peak_memory_mb": {},
+                            "error": f"seed {c.seed}: {type(err).__name__}: {err}",
+                        },
+                    )
                 if log is not None:
-                    log(f"seed {c.seed}: {sum(outs[-1][1]['seconds'].values()):.1f} s")
-    results = {name: [r for res, _ in outs for r in res[name]] for name in names}
-    meta = {
-        "seconds": {str(c.seed): m["seconds"] for c, (_, m) in zip(configs, outs, strict=True)},
-        "peak_memory_mb": max(max(m["peak_memory_mb"].values(), default=0) for _, m in outs),
-        "jobs": jobs,
-        "torch": torch.__version__,
-    }
-    return {"config": configs[0].to_dict(), "seeds": seeds, "results": results, "meta": meta}
+                    log(f"seed {c.seed}: {sum(outs[c.seed][1]['seconds'].values()):.1f} s")
+                if save is not None:
+                    save(output())
+    return output()
+
+
+def merge(*outputs) -> dict:
+    """One :func:`run_all` output from several, run in parts (other seeds, schemes or
+    experiments of the same preset).
+
+    Configs must agree except for ``seed`` and the scheme lists (the merged
+    config lists every scheme of any part, in order of appearance).  Rows are
+    concatenated per experiment and sorted by seed (stable: each part's order
+    within a seed); seeds are the union, sorted.  The same seed, experiment and
+    scheme in two parts is an error (``ValueError``).  ``meta["parts"]`` keeps
+    every part's meta.
+    """
+    if not outputs:
+        raise ValueError("outputs must hold at least one run_all output")
+    lists = ("schemes", "passkey_schemes", "recall_schemes")
+    base = {k: v for k, v in outputs[0]["config"].items() if k not in lists + ("seed",)}
+    for o in outputs[1:]:
+        other = {k: v for k, v in o["config"].items() if k not in lists + ("seed",)}
+        if other != base:
+            diff = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k))
+            raise ValueError(f"outputs must share one config; they differ in {', '.join(diff)}")
+    config = dict(outputs[0]["config"])
+    for key in lists:
+        config[key] = list(dict.fromkeys(s for o in outputs for s in o["config"].get(key) or []))
+    results: dict = {}
+    seen: dict = {}
+    for i, o in enumerate(outputs):
+        for name, rows in o["results"].items():
+            for r in rows:
+                owner = (name, r.get("seed"), r.get("scheme", "").split(":")[0])
+                if seen.setdefault(owner, i) != i:
+                    raise ValueError(
+                        f"outputs must not overlap: experiment {name}, seed {owner[1]}, "
+                        f"scheme {owner[2] or '-'} is in parts {seen[owner]} and {i}"
+                    )
+            results.setdefault(name, []).extend(rows)
+    for name in results:
+        results[name].sort(key=lambda r: r.get("seed", 0))
+    seeds = sorted({s for o in outputs for s in o["seeds"]})
+    return {
+        "config": config, "seeds": seeds, "results": results,
+        "meta": {"parts": [o.get("meta", {}) for o in outputs]},
+    }  # fmt: skip
 
 
 #: Float fields that are settings, not measurements: they name an observation (the
 #: RoPE base, the ALiBi slope scale, YaRN's beta_fast, the needle's depth).
 SETTINGS = ("base", "scale", "beta_fast", "depth")
 
+#: Fields that are per-seed measurements but not floats (counts, per-answer records):
+#: they never name an observation.
+PER_ANSWER = ("answers", "correct", "hits", "distances", "criterion_step")
+
 
 def _group_key(row: dict) -> tuple:
     """The fields that name an observation: every non-float field and every setting
-    (:data:`SETTINGS`), except ``seed``."""
+    (:data:`SETTINGS`), except ``seed`` and the fields of :data:`PER_ANSWER`."""
     return tuple(
         (k, v)
         for k, v in row.items()
-        if k != "seed" and v is not None and (k in SETTINGS or not isinstance(v, float))
+        if k != "seed"
+        and k not in PER_ANSWER
+        and v is not None
+        and (k in SETTINGS or not isinstance(v, float))
     )
 
 

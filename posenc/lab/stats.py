@@ -1,10 +1,24 @@
-"""The interval every lab statistic is reported with: a 95% t-interval over seeds."""
+"""The lab's statistics: intervals and tests over seeds, and a multiplicity correction.
+
+* :func:`t_interval`: the 95% Student-t interval for the mean of a continuous,
+  unimodal statistic (a paired loss difference), one value per seed.
+* :func:`t_test`: one-sided p-values of that mean against a threshold.
+* :func:`clopper_pearson`: the exact binomial interval for ``k`` successes out
+  of ``n`` (seeds that pass a criterion, or correct answers out of ``n``); it
+  lies in [0, 1] and never has zero width.
+* :func:`binomial_tail`: one-sided exact binomial p-values.
+* :func:`holm`: Holm's step-down adjustment of a family of p-values.
+
+The exact tests (:func:`clopper_pearson`, :func:`binomial_tail`) need only the
+standard library.  The Student-t tail (:func:`t_test`) uses SciPy, imported
+when called (``pip install posenc[lab]``).
+"""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["t_interval"]
+__all__ = ["binomial_tail", "clopper_pearson", "holm", "t_interval", "t_test"]
 
 # two-sided 95% quantiles of Student's t, degrees of freedom 1..30
 _T975 = (
@@ -14,16 +28,121 @@ _T975 = (
 )  # fmt: skip
 
 
-def t_interval(values) -> tuple[float, float, float]:
-    """``(mean, lo, hi)``: the 95% t-interval for the mean of ``values`` (``lo = hi = mean``
-    for one value; for more than 31 values the normal quantile 1.96 is used)."""
+def _mean_sd(values) -> tuple[int, float, float]:
     values = [float(v) for v in values]
     if not values:
         raise ValueError("values must be non-empty")
     n = len(values)
     mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return n, mean, sd
+
+
+def t_interval(values, level: float = 0.95, exact: bool = False) -> tuple[float, float, float]:
+    """``(mean, lo, hi)``: the two-sided t-interval for the mean of ``values``.
+
+    At ``level`` 0.95 the quantile comes from a table (3 decimals; df 1..30,
+    the normal 1.96 beyond) unless ``exact``; any other level, or ``exact``,
+    uses SciPy's quantile.  ``lo = hi = mean`` for one value.
+    """
+    n, mean, sd = _mean_sd(values)
     if n == 1:
         return mean, mean, mean
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / math.sqrt(n)
+    if level == 0.95 and not exact:
+        q = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    else:
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie in (0, 1), got {level}")
+        from scipy import stats
+
+        q = float(stats.t.ppf(0.5 + level / 2, n - 1))
+    half = q * sd / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def t_test(values, threshold: float = 0.0) -> tuple[float, float]:
+    """One-sided p-values ``(p_above, p_below)`` of the one-sample t-test of the mean
+    of ``values`` against ``threshold``: ``p_above`` tests "mean > threshold"
+    (null: mean <= threshold), ``p_below`` tests "mean < threshold".
+
+    Needs at least 2 values and a non-zero spread (``ValueError`` otherwise:
+    no test exists then).
+    """
+    n, mean, sd = _mean_sd(values)
+    if n < 2 or sd == 0:
+        raise ValueError(f"values must hold at least 2 values that differ, got {list(values)}")
+    from scipy import stats
+
+    t = (mean - threshold) / (sd / math.sqrt(n))
+    return float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1))
+
+
+def _log_pmf(k: int, n: int, p: float) -> float:
+    if p <= 0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1:
+        return 0.0 if k == n else -math.inf
+    return (
+        math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+        + k * math.log(p) + (n - k) * math.log1p(-p)
+    )  # fmt: skip
+
+
+def binomial_tail(k: int, n: int, p: float) -> tuple[float, float]:
+    """Exact one-sided binomial p-values ``(P(X >= k), P(X <= k))`` for ``X ~ Bin(n, p)``."""
+    k, n = int(k), int(n)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"k must lie in 0..n with n >= 1, got k={k}, n={n}")
+    if not 0 <= p <= 1:
+        raise ValueError(f"p must lie in [0, 1], got {p}")
+    terms = [math.exp(_log_pmf(i, n, p)) for i in range(n + 1)]
+    return min(1.0, math.fsum(terms[k:])), min(1.0, math.fsum(terms[: k + 1]))
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) two-sided interval ``(lo, hi)`` for a binomial
+    proportion, ``k`` successes out of ``n``.
+
+    ``lo`` is the ``p`` with ``P(X >= k) = (1 - level) / 2`` (0 when ``k = 0``),
+    ``hi`` the ``p`` with ``P(X <= k) = (1 - level) / 2`` (1 when ``k = n``),
+    found by bisection to 1e-12.  The interval always lies in [0, 1] and, for
+    ``n >= 1``, has positive width.
+    """
+    k, n = int(k), int(n)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"k must lie in 0..n with n >= 1, got k={k}, n={n}")
+    alpha = (1 - level) / 2
+
+    def solve(tail, increasing):
+        a, b = 0.0, 1.0
+        for _ in range(60):
+            m = (a + b) / 2
+            if (tail(m) < alpha) == increasing:
+                a = m
+            else:
+                b = m
+        return (a + b) / 2
+
+    lo = 0.0 if k == 0 else solve(lambda p: binomial_tail(k, n, p)[0], True)
+    hi = 1.0 if k == n else solve(lambda p: binomial_tail(k, n, p)[1], False)
+    return lo, hi
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given.
+
+    Sorted ascending, ``p_(i)`` becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``
+    for a family of ``m``; a verdict survives at level ``alpha`` when its
+    adjusted p-value is below ``alpha``.  This controls the chance of any
+    false verdict in the family at ``alpha``, for any dependence between the
+    tests.
+    """
+    ps = [float(p) for p in pvalues]
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out

@@ -188,6 +188,70 @@ class RecallTask:
         mask[:, -self.block : -self.block + 2 * self.pairs : 2] = True
         return self._scored(tokens, mask)
 
+    def band_batch(self, batch: int, length: int, lo: int, hi: int, generator: torch.Generator):
+        """``(inputs, targets, weights, distances)``: inputs of ``length`` tokens in which
+        every first-round query's key lies ``lo`` to ``hi`` tokens before that query.
+
+        The query block ends the input; the query of slot ``j`` of the first
+        round (position ``length - block + 2 j``) asks for a key placed ``d``
+        tokens before it, ``d`` uniform on the integers of
+        ``[max(lo, 2 j + 2), min(hi, length - block + 2 j)]``: every pair lies
+        before the block (``d >= 2 j + 2``) and inside the input.  Pairs never
+        overlap (rows where two would are drawn again).  The first round is
+        scored: ``pairs`` answers per row, in the order of their positions, and
+        ``distances`` is int64 ``(batch, pairs)`` in that order (query position
+        minus key position).  Raises ``ValueError`` naming ``hi`` or ``length``
+        when no distance of the band fits.
+        """
+        batch = check_int("batch", batch, minimum=1)
+        length = check_int("length", length, minimum=2 * self.pairs + self.block)
+        lo = check_int("lo", lo, minimum=1)
+        hi = check_int("hi", hi, minimum=lo)
+        n, g = self.pairs, generator
+        queries = [length - self.block + 2 * j for j in range(n)]
+        bounds = [(max(lo, 2 * j + 2), min(hi, queries[j])) for j in range(n)]
+        for j, (a, b) in enumerate(bounds):
+            if a > b:
+                raise ValueError(
+                    f"hi must allow a distance of at least {2 * j + 2} and length one of at "
+                    f"least {lo} before query {j}; got lo={lo}, hi={hi}, length={length}"
+                )
+        keys, values = self._draw(batch, g)
+        block, order = self._queries(keys, values, g)
+        dist = torch.empty(batch, n, dtype=torch.long)
+        todo = torch.arange(batch)
+        for _ in range(10_000):
+            for j, (a, b) in enumerate(bounds):
+                dist[todo, j] = torch.randint(a, b + 1, (len(todo),), generator=g)
+            pos = torch.tensor(queries)[None, :] - dist  # key positions
+            gap = (pos[:, :, None] - pos[:, None, :]).abs() + 2 * torch.eye(n, dtype=torch.long)
+            todo = torch.nonzero((gap < 2).any(-1).any(-1)).flatten()
+            if len(todo) == 0:
+                break
+        else:  # pragma: no cover - only for bands too narrow to hold the pairs apart
+            raise ValueError(f"the band [{lo}, {hi}] is too narrow to hold {n} pairs apart")
+        tokens = torch.cat((self._fillers(batch, length - self.block, g), block), 1)
+        rows = torch.arange(batch)[:, None]
+        asked = order  # slot j of the first round asks for pair order[:, j]
+        tokens[rows, pos] = keys.gather(1, asked)
+        tokens[rows, pos + 1] = values.gather(1, asked)
+        mask = torch.zeros(tokens.shape, dtype=torch.bool)
+        mask[:, torch.tensor(queries)] = True
+        inputs, targets, weights = self._scored(tokens, mask)
+        return inputs, targets, weights, dist
+
+    def round_mask(self, length: int, round_: int) -> torch.Tensor:
+        """Bool ``(length,)``: the scored query positions of round ``round_`` (0-based) in an
+        input of :meth:`batch` (the in-view inputs score every round)."""
+        length = check_int("length", length, minimum=self.block)
+        round_ = check_int("round_", round_, minimum=0)
+        if round_ >= self.rounds:
+            raise ValueError(f"round_ must be below rounds={self.rounds}, got {round_}")
+        mask = torch.zeros(length, dtype=torch.bool)
+        start = length - self.block + 2 * self.pairs * round_
+        mask[start : start + 2 * self.pairs : 2] = True
+        return mask
+
     def needle_batch(self, batch: int, length: int, depth: float, generator: torch.Generator):
         """``(inputs, targets, weights)`` ``(batch, length)``: the needle pair at ``depth``.
 

@@ -55,12 +55,21 @@ def train(
     log_every: int = 10,
     progress: bool = False,
     desc: str = "train",
+    warmup: int | None = None,
+    callback=None,
+    callback_every: int = 250,
 ) -> list[float]:
     """Train ``model`` on ``task`` at ``length`` with AdamW and a cosine schedule.
 
+    The learning rate rises linearly over ``warmup`` steps (default
+    ``max(1, steps // 20)``; pass it to hold the warmup fixed when only the
+    budget changes), then follows a cosine to 0 at ``steps``.
+
     Returns the mean training loss of each block of ``log_every`` steps
     (``ceil(steps / log_every)`` values, nats per scored token).  The model is
-    left in eval mode.
+    left in eval mode.  ``callback(step)``, when given, is called after every
+    ``callback_every`` steps (``step`` = steps done); it may evaluate the model
+    (training resumes in train mode) but must not draw from the training data.
 
     Under ``torchrun`` (an initialised ``torch.distributed`` process group with
     more than one process) the model is wrapped in DistributedDataParallel:
@@ -73,11 +82,12 @@ def train(
     batch = check_int("batch", batch, minimum=1)
     lr = check_float("lr", lr, positive=True)
     log_every = check_int("log_every", log_every, minimum=1)
+    callback_every = check_int("callback_every", callback_every, minimum=1)
     if hasattr(model, "check_length"):
         model.check_length(length, "length")
     generator = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
+    warmup = max(1, steps // 20) if warmup is None else check_int("warmup", warmup, minimum=1)
 
     def schedule(step):
         if step < warmup:
@@ -89,7 +99,7 @@ def train(
     model.train()
     curve, block = [], []
     bar = _bar(steps, desc, progress and rank == 0)
-    for _ in range(steps):
+    for step in range(steps):
         # every process draws the same global batch and keeps its own rows
         inputs, targets, weights = _on(model, task.batch(batch, length, generator))
         total = weights.sum()
@@ -112,6 +122,9 @@ def train(
         if bar is not None:
             bar.update()
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if callback is not None and (step + 1) % callback_every == 0:
+            callback(step + 1)
+            model.train()
     if block:
         curve.append(math.fsum(block) / len(block))
     if bar is not None:
