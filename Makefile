@@ -13,7 +13,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: book test lint unit notebooks site browser browser-deps env clean run repository-url
+.PHONY: book test lint unit notebooks site browser browser-deps env clean run repository-url dist
 
 env: $(VENV)/.installed
 
@@ -57,6 +57,16 @@ browser: book browser-deps
 	$(BIN)/pytest tests/test_browser.py
 
 test: lint unit site browser
+
+# A release's files: the sdist, then the wheel built from it, in _build/dist, and
+# `twine check` on both (metadata, and the README as PyPI renders it).  Built with the
+# environment's setuptools (no isolated build environment is downloaded); the version
+# is posenc.__version__.  CHANGELOG.md says what changed.
+dist: env
+	$(BIN)/python -m pip install -q -e ".[dist]"
+	rm -rf _build/dist
+	$(BIN)/python -m build --no-isolation --outdir _build/dist .
+	$(BIN)/twine check --strict _build/dist/*
 
 # Restart-and-run-all of one chapter, as it must be before a commit:
 #   make run NB=book/rope.ipynb

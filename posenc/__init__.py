@@ -38,23 +38,130 @@ schemes                one module each, listed in :data:`SCHEMES`: ``sinusoidal`
 PyTorch.
 """
 
-import importlib
+import importlib as _importlib
 
 from . import _workarounds  # noqa: F401  (first: upstream fixes that affect every module)
 from . import registry as _registry
-from .attend import *  # noqa: F403
-from .context import *  # noqa: F403
-from .convert import *  # noqa: F403
-from .flex import *  # noqa: F403
-from .hf import *  # noqa: F403
-from .kv_cache import *  # noqa: F403
-from .masks import *  # noqa: F403
-from .mrope import *  # noqa: F403
-from .multidim import *  # noqa: F403
-from .registry import *  # noqa: F403
-from .scaling import *  # noqa: F403
-from .scheme import *  # noqa: F403
-from .sdpa import *  # noqa: F403
+from .alibi import ALiBi, alibi_bias, alibi_slopes
+from .attend import attention, attention_weights
+from .context import CallContext
+from .convert import half_to_interleaved, interleaved_to_half, rope_layout_permutation
+from .cope import CoPE
+from .da_transformer import DAAttention, learnable_sigmoid
+from .fire import FIRE
+from .flex import flex_available, supports_flex
+from .hf import ROPE_TYPES, rope_from_transformers, rope_scaling_from_transformers
+from .kerple import Kerple
+from .kv_cache import KVCache
+from .learned import LearnedEmbedding
+from .masks import Masks, causal_mask, merge_masks
+from .mrope import MultimodalRotaryEmbedding, apply_mrope, mrope_axes, mrope_cos_sin
+from .multidim import (
+    apply_axial_rope,
+    axial_rope_cos_sin,
+    axial_sinusoidal_encoding,
+    grid_positions,
+    sinusoidal_table_2d,
+)
+from .registry import SCHEMES, scheme_table
+from .rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_frequencies
+from .scaling import ROPE_SCALINGS, RopeScaling, ScalingKind
+from .scheme import NoPE, PositionalScheme
+from .sdpa import dot_scores, repeat_kv, scaled_dot_product, softmax_weights
+from .shaw import ShawRelativeAttention, shaw_relative_indices
+from .sinusoidal import (
+    SinusoidalEmbedding,
+    sinusoidal_inv_freq,
+    sinusoidal_shift_matrix,
+    sinusoidal_table,
+)
+from .t5 import T5RelativeBias, t5_relative_bucket
+from .transformer_xl import (
+    TransformerXLAttention,
+    TransformerXLScheme,
+    rel_shift,
+    relative_sinusoids,
+)
+from .xpos import XPos, xpos_zeta
+
+#: The release, single-sourced: ``pyproject.toml`` reads it (``[tool.setuptools.dynamic]``).
+__version__ = "0.1.0"
+
+# The public API, grouped as in the book's reference (book/reference/).  Exactly the
+# union of the modules' own ``__all__`` (tests/test_public_api.py checks it): a name
+# added to a module's ``__all__`` is added here too, and to the reference and
+# CHANGELOG.md.
+__all__ = [
+    # the attention entry point, masks and the attention math schemes are built from
+    "attention",
+    "attention_weights",
+    "causal_mask",
+    "merge_masks",
+    "Masks",
+    "scaled_dot_product",
+    "softmax_weights",
+    "dot_scores",
+    "repeat_kv",
+    "flex_available",
+    "supports_flex",
+    # the scheme contract and the registry
+    "PositionalScheme",
+    "CallContext",
+    "SCHEMES",
+    "scheme_table",
+    # the schemes, one module each
+    "NoPE",
+    "SinusoidalEmbedding",
+    "sinusoidal_table",
+    "sinusoidal_inv_freq",
+    "sinusoidal_shift_matrix",
+    "LearnedEmbedding",
+    "ALiBi",
+    "alibi_slopes",
+    "alibi_bias",
+    "T5RelativeBias",
+    "t5_relative_bucket",
+    "ShawRelativeAttention",
+    "shaw_relative_indices",
+    "TransformerXLAttention",
+    "TransformerXLScheme",
+    "rel_shift",
+    "relative_sinusoids",
+    "DAAttention",
+    "learnable_sigmoid",
+    "XPos",
+    "xpos_zeta",
+    "Kerple",
+    "FIRE",
+    "CoPE",
+    # RoPE, its scalings and checkpoint conversion between its layouts
+    "RotaryEmbedding",
+    "apply_rope",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "RopeScaling",
+    "ScalingKind",
+    "ROPE_SCALINGS",
+    "rope_layout_permutation",
+    "interleaved_to_half",
+    "half_to_interleaved",
+    # the decoding cache
+    "KVCache",
+    # Hugging Face transformers configs
+    "rope_from_transformers",
+    "rope_scaling_from_transformers",
+    "ROPE_TYPES",
+    # multi-dimensional positions: grids, axial encodings, multimodal RoPE
+    "grid_positions",
+    "sinusoidal_table_2d",
+    "axial_sinusoidal_encoding",
+    "axial_rope_cos_sin",
+    "apply_axial_rope",
+    "MultimodalRotaryEmbedding",
+    "apply_mrope",
+    "mrope_axes",
+    "mrope_cos_sin",
+]
 
 # Names that lived in posenc.scheme before issue 20 split it (contract / attend / sdpa /
 # masks) stay importable from there; attached here, since scheme.py cannot import attend
@@ -66,17 +173,21 @@ for _name in (
     setattr(globals()["scheme"], _name, globals()[_name])
 del _name
 
-# every registered scheme's module exports its public names: one registry line suffices
+# A scheme added to the registry is exported even before its module is imported above
+# (tests/test_public_api.py then asks for its names in __all__ and the reference).
 for _module in _registry.modules():
     globals().update({_name: getattr(_module, _name) for _name in _module.__all__})
 del _module
-
-__version__ = "0.1.0"
 
 _LAZY_SUBMODULES = ("analysis", "viz")
 
 
 def __getattr__(name):
     if name in _LAZY_SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return _importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+
+
+def __dir__():
+    # the API, not the submodules it is defined in (they stay importable)
+    return sorted([*__all__, "__version__", *_LAZY_SUBMODULES])
