@@ -257,3 +257,82 @@ def test_punctuation_after_inline_math_stays_on_its_line():
     grouped = sum(p.read_text(encoding="utf-8").count('<span class="nowrap">') for p in _pages())
     assert not loose, loose
     assert grouped > 100, grouped
+
+
+# ------------------------------------------------------------------ API reference
+
+
+def _public_names():
+    import posenc
+    import posenc.lab
+
+    return [
+        (f"{ns.__name__}.{name}", getattr(ns, name))
+        for ns in (posenc, posenc.lab)
+        for name in ns.__all__
+    ]
+
+
+def _entries():
+    """id -> (page, the entry's HTML) of every documented object in the reference."""
+    found = {}
+    for page in sorted((SITE / "book" / "reference").glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r'<dt class="sig sig-object py" id="([^"]+)">', text):
+            start = text.rfind("<dl", 0, match.start())
+            depth, end = 0, start
+            for tag in re.finditer(r"<dl[ >]|</dl>", text[start:]):
+                depth += -1 if tag.group(0) == "</dl>" else 1
+                if depth == 0:
+                    end = start + tag.end()
+                    break
+            found[match.group(1)] = (page.name, text[match.start() : end])
+    return found
+
+
+def test_reference_has_an_entry_with_its_signature_for_every_public_name():
+    import inspect
+
+    entries = _entries()
+    assert entries, f"no reference pages under {SITE / 'book' / 'reference'}"
+    for name, obj in _public_names():
+        assert name in entries, f"{name} has no entry in the built reference"
+        page, html = entries[name]
+        if not (inspect.isclass(obj) or inspect.isroutine(obj)):
+            continue  # constants: a name and its '#:' comment
+        assert '<span class="sig-paren">(</span>' in html, f"{name} ({page}): no signature"
+        try:
+            params = [
+                p.name
+                for p in inspect.signature(obj).parameters.values()
+                if p.name not in ("self", "cls")
+            ]
+        except (TypeError, ValueError):
+            params = []
+        shown = re.findall(
+            r'<em class="sig-param">.*?<span class="pre">\*{0,2}([\w]+)</span>', html
+        )
+        missing = [p for p in params if p not in shown]
+        if inspect.isclass(obj) and "__init__" not in vars(obj) and not hasattr(obj, "_fields"):
+            missing = []  # nn.Module's own constructor: the class takes no parameters
+        assert not missing, f"{name} ({page}): parameters not in its signature: {missing}"
+
+
+def test_reference_documents_nothing_outside_the_public_api():
+    public = {name for name, _ in _public_names()}
+    classes = {n for n, (_, html) in _entries().items() if n in public}
+    for name in _entries():
+        owner = name.rpartition(".")[0]
+        assert name in public or owner in classes, f"{name} is documented but not public"
+
+
+def test_each_scheme_entry_links_to_the_chapter_that_derives_it():
+    import posenc
+
+    entries = _entries()
+    for cls in posenc.SCHEMES.values():
+        page, html = entries[f"posenc.{cls.__name__}"]
+        chapters = re.findall(r'href="\.\./([a-z_]+)\.html#chapter-[a-z-]+"', html)
+        assert chapters, f"{cls.__name__} ({page}): no link to its chapter"
+        for chapter in chapters:
+            assert (SITE / "book" / f"{chapter}.html").is_file(), chapter
