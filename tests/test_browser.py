@@ -825,6 +825,132 @@ def test_search_snippets_show_page_text(browser):
     assert any(re.search(r"rotar", h["text"], re.I) for h in snippets), snippets
 
 
+# ------------------------------------------------------------------ API reference
+
+REFERENCE_PAGES = [p for p in PAGES if p.startswith("book/reference/")]
+
+
+def _wait_for_search(tab):
+    return tab.evaluate(
+        r"""
+        (async () => {
+          const start = Date.now();
+          const summary = () => (document.querySelector("#search-results .search-summary")
+                                 || {}).textContent || "";
+          while (!/finished|did not match/i.test(summary()) && Date.now() - start < 60000) {
+            await new Promise((ok) => setTimeout(ok, 100));
+          }
+          return [...document.querySelectorAll("#search-results li a")].map(
+            (a) => a.getAttribute("href"));
+        })()
+        """
+    )
+
+
+def test_every_reference_page_is_opened_by_the_page_checks():
+    # test_page_renders_cleanly opens each of them: no console error, nothing from
+    # another host, tables and equations within the column, no sideways scroll at 400 px
+    names = {p.rsplit("/", 1)[-1] for p in REFERENCE_PAGES}
+    assert {"index.html", "attention.html", "schemes.html", "rope.html", "caches.html",
+            "hf.html", "multidim.html", "lab.html"} <= names, REFERENCE_PAGES  # fmt: skip
+
+
+def test_search_finds_apply_rope(browser):
+    tab, origin = browser["tab"], browser["origin"]
+    tab.viewport(WIDE, 900, mobile=False)
+    tab.open(f"{origin}/site/search.html?q=apply_rope")
+    links = _wait_for_search(tab)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(SHOTS / "search--apply_rope.png", full_page=False)
+    assert any(
+        link.split("?")[0].endswith("book/reference/rope.html#posenc.apply_rope") for link in links
+    ), links
+    errors, foreign = tab.problems_logged(origin)
+    assert not errors and not foreign, (errors, foreign)
+
+
+def _chapter_linking(target):
+    """A chapter (not a reference page) whose HTML links to ``target``."""
+    for page in PAGES:
+        if page.startswith("book/reference/") or not page.startswith("book/"):
+            continue
+        if f'href="reference/{target}"' in (SITE / page).read_text(encoding="utf-8"):
+            return page
+    return None
+
+
+@pytest.mark.parametrize("width", [WIDE, NARROW])
+def test_a_chapter_link_to_attention_lands_on_its_entry(browser, width):
+    chapter = _chapter_linking("attention.html#posenc.attention")
+    assert chapter, "no chapter links to posenc.attention ({py:func}`posenc.attention`)"
+    tab, origin = browser["tab"], browser["origin"]
+    tab.viewport(width, 900, mobile=width == NARROW)
+    tab.open(f"{origin}/site/{chapter}")
+    tab.evaluate(SETTLE_JS)
+    tab.dt.events.clear()
+    tab.evaluate(
+        """document.querySelector('a[href="reference/attention.html#posenc.attention"]')"""
+        ".click()"
+    )
+    tab.dt.wait_for("Page.loadEventFired")
+    tab.evaluate(SETTLE_JS)
+    landed = tab.evaluate(
+        r"""
+        (() => {
+          const entry = document.getElementById("posenc.attention");
+          const box = entry && entry.getBoundingClientRect();
+          return {path: location.pathname, hash: location.hash,
+                  text: entry ? entry.textContent.replace(/\s+/g, " ").trim().slice(0, 40) : "",
+                  top: box ? box.top : null, height: innerHeight};
+        })()
+        """
+    )
+    assert landed["path"].endswith("/book/reference/attention.html"), landed
+    assert landed["hash"] == "#posenc.attention", landed
+    assert landed["text"].startswith("posenc.attention("), landed
+    # the entry is on screen, at the top (below the theme's header), not somewhere above
+    assert 0 <= landed["top"] < landed["height"] / 2, landed
+    errors, foreign = tab.problems_logged(origin)
+    assert not errors and not foreign, (errors, foreign)
+
+
+# Entries (signature, parameters, summary tables) that stick out of the text column.
+ENTRY_WIDTH_JS = r"""
+(() => {
+  const article = document.querySelector("article.bd-article");
+  const r = article.getBoundingClientRect(), s = getComputedStyle(article);
+  const left = r.left + parseFloat(s.paddingLeft), right = r.right - parseFloat(s.paddingRight);
+  const out = [];
+  for (const el of article.querySelectorAll(
+      "dl.py > dt, dl.py > dd, dl.field-list, table.autosummary")) {
+    if (!el.getClientRects().length) continue;
+    const box = el.getBoundingClientRect();
+    const wide = Math.max(box.right, box.left + el.scrollWidth);
+    if (wide > right + 1) {
+      out.push(`${el.tagName.toLowerCase()}.${[...el.classList].join(".")} ` +
+               `${(el.id || el.textContent).replace(/\s+/g, " ").trim().slice(0, 50)} ` +
+               `to ${Math.round(wide)}px, column ends at ${Math.round(right)}px`);
+    }
+  }
+  return {column: Math.round(right - left), out};
+})()
+"""
+
+
+@pytest.mark.parametrize("page", REFERENCE_PAGES)
+def test_reference_fits_the_column_and_the_phone(browser, page):
+    tab, origin = browser["tab"], browser["origin"]
+    for width, mobile in ((WIDE, False), (NARROW, True)):
+        tab.viewport(width, 900, mobile=mobile)
+        tab.open(f"{origin}/site/{page}")
+        tab.evaluate(SETTLE_JS)
+        tab.evaluate("new Promise((ok) => setTimeout(() => requestAnimationFrame(ok), 700))")
+        found = tab.evaluate(ENTRY_WIDTH_JS)
+        assert not found["out"], f"{page} at {width}px:\n" + "\n".join(found["out"])
+        if width == WIDE:  # the chapters' 960 px text column (book/_static/posenc.css)
+            assert abs(found["column"] - 960) <= 2, (page, found["column"])
+
+
 def teardown_module():
     # A one-glance summary next to the screenshots.
     report = SHOTS / "report.json"
