@@ -802,15 +802,18 @@ def test_search_snippets_show_page_text(browser):
           const start = Date.now();
           // Sphinx fills the results one fetched page at a time, then says "finished".
           const items = () => document.querySelectorAll("#search-results li");
+          // A page hit gets a snippet (p.context); a hit on an API entry of the reference
+          // gets its kind and page instead ("(Python function, in RoPE and its scalings)").
+          const shown = (li) => li.querySelector("p.context") || li.querySelector(":scope > span");
           const done = () => /finished|did not match/i.test(
               (document.querySelector("#search-results .search-summary") || {}).textContent)
-            && [...items()].every((li) => li.querySelector("p.context"));
+            && [...items()].every(shown);
           while (!done() && Date.now() - start < 60000) {
             await new Promise((ok) => setTimeout(ok, 100));
           }
           return [...document.querySelectorAll("#search-results li")].map((li) => ({
             page: li.querySelector("a").getAttribute("href"),
-            text: (li.querySelector("p.context") || {textContent: ""}).textContent}));
+            text: (shown(li) || {textContent: ""}).textContent}));
         })()
         """
     )
