@@ -7,25 +7,29 @@ failing claim stops the notebook with its numbers::
     claims = Claims()
     claims.at_most("fp32 table error up to 10**6", err, 2.5e-7)
     claims.at_least("weight kept by the nearest key", w0, 0.5)
-    claims.holds("RoPE scores depend on m - n only", diff < 1e-12, f"{diff:.0e}")
+    claims.roundoff("RoPE scores depend on m - n only", diff, 1e-12)
+    claims.holds("the two sets agree", found == expected, f"{len(found)} schemes")
+    claims.shows("uniform guess over the visible keys", 1 / 32)
     claims  # displayed as a Markdown table (render it with markdown_format: myst)
 
-The measured value is printed with ``fmt``.  Pick a format well above the value's
-noise (roundoff, thread count, CPU): stored outputs are compared on other machines.
-``magnitude=True`` prints an error as the power of ten above it (``< 1e-12``).
+Stored outputs are compared on other machines, thread counts and instruction sets,
+so nothing in the table may depend on them:
+
+- the measured value is printed with ``fmt``: pick a format well above its noise;
+- a roundoff-level value is shown as the bound it was checked against
+  (:meth:`Claims.roundoff` prints ``≤ 1e-12``), never as the digits or the decade it
+  happened to land in;
+- a value that is only displayed, not checked, goes through :meth:`Claims.shows`: its
+  row reads "shown" and it is not counted as a check.  A check's condition must be
+  computed from what was measured; ``holds(claim, True)`` is not a check
+  (``tests/test_chapter_claims.py`` rejects a constant condition in any chapter).
 """
 
 from __future__ import annotations
 
-import math
+import numbers
 
 __all__ = ["Claims"]
-
-
-def _power_above(value: float) -> str:
-    if value <= 0:
-        return "0"
-    return f"< 1e{math.floor(math.log10(value)) + 1}"
 
 
 def _exp(x: float) -> str:
@@ -33,54 +37,109 @@ def _exp(x: float) -> str:
     return format(x, ".0e").replace("e-0", "e-").replace("e+0", "e+")
 
 
+def _number(claim: str, value, name: str) -> float:
+    """``value`` as a float: a number, or a one-element tensor or array (a string is refused)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{claim}: {name} must be a measured number, got {type(value).__name__}")
+    if hasattr(value, "detach"):
+        value = value.detach()
+    return float(value)
+
+
+def _truth(claim: str, ok) -> bool:
+    """``ok`` as a bool, accepted only from a comparison: a bool, or a one-element bool array."""
+    if isinstance(ok, bool):
+        return ok
+    if str(getattr(ok, "dtype", "")) in ("bool", "torch.bool"):
+        count = ok.numel() if hasattr(ok, "numel") else ok.size
+        if count == 1:
+            return bool(ok)
+    raise TypeError(
+        f"{claim}: ok must be the bool result of a comparison, got {type(ok).__name__} "
+        "(a value that is only displayed goes through Claims.shows)"
+    )
+
+
 class Claims:
-    """Assert claims one at a time and show them as a ``claim | measured | bound`` table."""
+    """Assert claims one at a time and show them as a ``claim | measured | bound`` table.
+
+    ``rows`` holds one ``(claim, measured, bound)`` tuple of strings per row, in order;
+    ``checked`` and ``shown`` count the rows that were asserted and those only displayed.
+    """
 
     def __init__(self):
         self.rows: list[tuple[str, str, str]] = []
+        self.checked = 0
+        self.shown = 0
 
-    def roundoff(self, claim: str, error, bound: float, *, floor: float | None = None):
-        """Assert a roundoff-level ``error <= bound``; show it without its machine-dependent digits.
+    def _check(self, claim: str, measured: str, bound: str):
+        self.rows.append((claim, measured, bound))
+        self.checked += 1
+        return self
 
-        The digits of a roundoff error change with the CPU and the thread count, so the
-        table shows ``< floor`` (default ``bound / 100``) when the error is below it, and
-        ``≤ bound`` otherwise: the stored output is the same wherever it is re-run.
+    def roundoff(self, claim: str, error, bound: float):
+        """Assert a roundoff-level ``error <= bound``; the row shows ``≤ bound`` in both columns.
+
+        A roundoff error's digits, and even its power of ten, change with the CPU, the
+        instruction set and the thread count, so the stored output shows only the bound
+        it was checked against: the same wherever the chapter is re-run.  Choose the
+        bound well above the roundoff of every machine (a NaN fails).
         """
-        error = float(error.detach()) if hasattr(error, "detach") else float(error)
-        floor = bound / 100 if floor is None else floor
+        error = _number(claim, error, "error")
         assert error <= bound, f"{claim}: measured {error!r}, bound <= {bound!r}"
-        shown = f"< {_exp(floor)}" if error < floor else f"≤ {_exp(bound)}"
-        self.rows.append((claim, shown, f"≤ {_exp(bound)}"))
-        return self
+        return self._check(claim, f"≤ {_exp(bound)}", f"≤ {_exp(bound)}")
 
-    def _show(self, value, fmt: str, magnitude: bool) -> str:
-        return _power_above(float(value)) if magnitude else format(float(value), fmt)
+    def at_most(
+        self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude: bool = False
+    ):
+        """Assert ``value <= bound`` (a NaN fails); the row prints the value with ``fmt``.
 
-    def at_most(self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude=False):
-        """Assert ``value <= bound`` (a NaN fails) and record the row."""
-        value = float(value)
+        ``magnitude=True`` is the old spelling of :meth:`roundoff`: the row shows the
+        bound, not the value.  It is kept so that chapters not yet moved still run;
+        write ``roundoff(claim, value, bound)`` instead.
+        """
+        if magnitude:
+            return self.roundoff(claim, value, bound)
+        value = _number(claim, value, "value")
         assert value <= bound, f"{claim}: measured {value!r}, bound <= {bound!r}"
-        self.rows.append((claim, self._show(value, fmt, magnitude), f"≤ {bound:{fmt}}"))
-        return self
+        return self._check(claim, format(value, fmt), f"≤ {bound:{fmt}}")
 
-    def at_least(self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude=False):
-        """Assert ``value >= bound`` (a NaN fails) and record the row."""
-        value = float(value)
+    def at_least(self, claim: str, value, bound: float, *, fmt: str = ".3g"):
+        """Assert ``value >= bound`` (a NaN fails); the row prints the value with ``fmt``."""
+        value = _number(claim, value, "value")
         assert value >= bound, f"{claim}: measured {value!r}, bound >= {bound!r}"
-        self.rows.append((claim, self._show(value, fmt, magnitude), f"≥ {bound:{fmt}}"))
-        return self
+        return self._check(claim, format(value, fmt), f"≥ {bound:{fmt}}")
 
     def between(self, claim: str, value, low: float, high: float, *, fmt: str = ".3g"):
-        """Assert ``low <= value <= high`` and record the row."""
-        value = float(value)
+        """Assert ``low <= value <= high`` (a NaN fails) and record the row."""
+        value = _number(claim, value, "value")
         assert low <= value <= high, f"{claim}: measured {value!r}, bounds [{low!r}, {high!r}]"
-        self.rows.append((claim, format(value, fmt), f"[{low:{fmt}}, {high:{fmt}}]"))
-        return self
+        return self._check(claim, format(value, fmt), f"[{low:{fmt}}, {high:{fmt}}]")
 
-    def holds(self, claim: str, ok: bool, measured: str = "yes", bound: str = "—"):
-        """Assert a claim that is not one number (``ok`` must be a true bool)."""
-        assert bool(ok), f"{claim}: does not hold (measured {measured})"
-        self.rows.append((claim, measured, bound))
+    def holds(self, claim: str, ok, measured: str = "yes", bound: str = "—"):
+        """Assert a claim that is not one number.
+
+        ``ok`` must be the result of a comparison on what was measured: a bool, or a
+        one-element bool tensor or array; anything else (a string, a number, a tensor of
+        several elements) raises ``TypeError``.  A constant such as ``True`` is not a
+        check: show the value with :meth:`shows` instead.
+        """
+        assert _truth(claim, ok), f"{claim}: does not hold (measured {measured})"
+        return self._check(claim, str(measured), str(bound))
+
+    def shows(self, claim: str, measured, *, fmt: str = ".3g"):
+        """Display a value that is not checked: its row reads "shown" and is not counted as a check.
+
+        A number is printed with ``fmt``; anything else as its string.  Use it for what a
+        reader needs beside the checks (a baseline, a value a later sentence quotes) and
+        for what is not a claim; the same rules of machine independence apply.
+        """
+        if hasattr(measured, "item"):  # a one-element tensor or array; an integer stays one
+            measured = measured.item()
+        if isinstance(measured, numbers.Real) and not isinstance(measured, bool):
+            measured = format(measured, fmt)
+        self.rows.append((claim, str(measured), "shown"))
+        self.shown += 1
         return self
 
     def markdown(self) -> str:
@@ -97,4 +156,5 @@ class Claims:
         return self.markdown()
 
     def __repr__(self) -> str:
-        return f"Claims({len(self.rows)} checked)"
+        shown = f", {self.shown} shown" if self.shown else ""
+        return f"Claims({self.checked} checked{shown})"
