@@ -1,8 +1,10 @@
-"""posenc.lab's command line, --jobs, and the verdict rule of posenc.lab.check (issue 19)."""
+"""posenc.lab's command line, --jobs, and the rules of posenc.lab.check (issues 19 and 27)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from scipy import stats
@@ -10,6 +12,7 @@ from scipy import stats
 import posenc.lab as lab
 from posenc.lab import PRESETS, run_all
 from posenc.lab.propositions import Proposition, check, failures, t_interval
+from posenc.lab.stats import binomial_tail, clopper_pearson, holm, t_test
 
 
 def _cli(*args, cwd=None, pre=""):
@@ -44,11 +47,17 @@ def test_bad_input_names_the_parameter(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
-def test_check_prints_verdicts_of_the_stored_results_and_exits_zero():
-    out = _cli("--check", str(lab.RESULTS_DIR))
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "every stated proposition holds" in out.stdout
-    assert out.stdout.count("holds") >= sum(p.stated == "holds" for p in lab.PROPOSITIONS)
+def test_check_on_the_discovery_set_names_what_five_seeds_cannot_decide():
+    """Seeds 0-4 chose the claims; on them every stated language-model claim holds as
+    stated except the two rate claims, which five seeds cannot decide (5 of 5 seeds gives
+    a Clopper-Pearson interval [0.48, 1] against the bar 1/2)."""
+    out = _cli("--check")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"sha256 {lab.frozen_hash()}" in out.stdout
+    bad = sorted(line.split()[2].rstrip(":") for line in out.stdout.splitlines()
+                 if line.startswith("NOT HOLDING"))  # fmt: skip
+    assert bad == ["alibi-retrieves-far", "rope-cannot-retrieve-far"], out.stdout
+    assert "5 of 5 seeds [0.48, 1.00]" in out.stdout
 
 
 def test_check_exits_non_zero_when_a_stated_proposition_fails(tmp_path):
@@ -60,6 +69,87 @@ def test_check_exits_non_zero_when_a_stated_proposition_fails(tmp_path):
     (tmp_path / "full.json").write_text(json.dumps(stored))
     out = _cli("--check", str(tmp_path))
     assert out.returncode == 1 and "NOT HOLDING alibi-loss-falls: fails" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [("{}", "holds no result rows"),
+     ('{"config": {}, "seeds": [], "results": {"extrapolation": []}}', "holds no result rows")],
+)  # fmt: skip
+def test_check_fails_on_results_that_hold_nothing(tmp_path, content, message):
+    (tmp_path / "full.json").write_text(content)
+    out = _cli("--check", str(tmp_path))
+    assert out.returncode == 1 and message in out.stdout, out.stdout + out.stderr
+    assert str(tmp_path / "full.json") in out.stdout
+
+
+def test_check_fails_when_a_stated_proposition_has_no_rows(tmp_path):
+    stored = lab.load_results("full")
+    del stored["results"]["sliding"]
+    (tmp_path / "full.json").write_text(json.dumps(stored))
+    out = _cli("--check", str(tmp_path))
+    assert out.returncode == 1
+    assert "NOT HOLDING sliding-alibi-far: no rows for it in" in out.stdout
+    assert "(experiment sliding missing)" in out.stdout
+
+
+def test_a_truncated_results_file_is_named(tmp_path):
+    text = lab.results_path("smoke").read_text()
+    (tmp_path / "smoke.json").write_text(text[: len(text) // 2])
+    out = _cli("--preset", "smoke", "--check", str(tmp_path))
+    assert out.returncode == 2 and str(tmp_path / "smoke.json") in out.stderr
+    assert "not a complete lab results file" in out.stderr
+    with pytest.raises(ValueError, match="smoke.json is not a complete lab results file"):
+        lab.load_results("smoke", tmp_path)
+    (tmp_path / "a.json").write_text(text[:100])
+    out = _cli("--merge", str(tmp_path / "a.json"), "--out", str(tmp_path / "m"))
+    assert out.returncode == 2 and "a.json is not a complete lab results file" in out.stderr
+
+
+def test_seed_and_seeds_together_are_refused():
+    out = _cli("--seed", "3", "--seeds", "0", "--experiments", "early_tokens")
+    assert out.returncode == 2 and "--seed and --seeds name the seeds twice" in out.stderr
+
+
+def test_out_naming_a_file_is_refused_before_any_training(tmp_path):
+    (tmp_path / "taken").write_text("not a directory")
+    start = time.perf_counter()
+    out = _cli("--preset", "smoke", "--out", str(tmp_path / "taken"), "--no-progress")
+    assert out.returncode == 2 and "--out must name a directory" in out.stderr
+    assert "seed 0" not in out.stdout and time.perf_counter() - start < 60
+
+
+def test_a_run_that_fails_late_keeps_what_it_finished(tmp_path):
+    boom = (
+        "import posenc.lab.experiments as e\n"
+        "def boom(lab): raise RuntimeError('disk full')\n"
+        "e.EXPERIMENTS['extrapolation'] = boom\n"
+    )
+    out = _cli(
+        "--preset", "smoke", "--experiments", "early_tokens,extrapolation", "--seeds", "0-1",
+        "--schemes", "alibi", "--out", str(tmp_path), "--no-progress", "--no-plots", pre=boom,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAILED seed 0, experiment extrapolation: RuntimeError: disk full" in out.stdout
+    kept = json.loads((tmp_path / "smoke.partial.json").read_text())
+    assert {r["seed"] for r in kept["results"]["early_tokens"]} == {0, 1}
+    assert kept["results"]["extrapolation"] == [] and len(kept["meta"]["errors"]) == 2
+    assert not (tmp_path / "smoke.json").exists()
+
+
+def test_merge_joins_parts_and_refuses_overlaps(tmp_path):
+    names, config = ["early_tokens"], dataclasses.replace(PRESETS["smoke"], schemes=("alibi",))
+    for part, seeds in (("a", "0"), ("b", "1")):
+        out = run_all(config, names, seeds=seeds)
+        (tmp_path / f"{part}.json").write_text(json.dumps(out))
+    res = _cli("--preset", "smoke", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+               "--out", str(tmp_path / "m"))  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    merged = json.loads((tmp_path / "m" / "smoke.json").read_text())
+    both = run_all(config, names, seeds="0-1")
+    assert merged["seeds"] == [0, 1] and merged["results"] == both["results"]
+    with pytest.raises(ValueError, match="must not overlap: experiment early_tokens, seed 0"):
+        lab.merge(both, json.loads((tmp_path / "a.json").read_text()))
 
 
 def test_compare_prints_its_verdict_without_matplotlib(tmp_path):
@@ -76,9 +166,9 @@ def test_compare_prints_its_verdict_without_matplotlib(tmp_path):
 
 
 def test_jobs_give_the_same_results_as_running_seeds_in_sequence():
-    names = ["early_tokens"]
-    one = run_all(PRESETS["smoke"], names, seeds="0-1")
-    two = run_all(PRESETS["smoke"], names, seeds="0-1", jobs=2)
+    names, config = ["early_tokens"], dataclasses.replace(PRESETS["smoke"], schemes=("alibi", "t5"))
+    one = run_all(config, names, seeds="0-1")
+    two = run_all(config, names, seeds="0-1", jobs=2)
     assert one["results"] == two["results"] and two["seeds"] == [0, 1]
 
 
@@ -87,7 +177,32 @@ def test_t_interval_matches_scipy():
     mean, lo, hi = t_interval(values)
     ref = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
     assert abs(lo - ref[0]) < 1e-3 and abs(hi - ref[1]) < 1e-3
+    assert t_interval(values, 0.9, exact=True)[1:] == pytest.approx(
+        stats.t.interval(0.9, len(values) - 1, loc=mean, scale=stats.sem(values)), abs=1e-12
+    )
     assert t_interval([2.0]) == (2.0, 2.0, 2.0)
+    above, below = t_test(values, 0.1)
+    assert above == pytest.approx(stats.ttest_1samp(values, 0.1, alternative="greater").pvalue)
+    assert below == pytest.approx(stats.ttest_1samp(values, 0.1, alternative="less").pvalue)
+    with pytest.raises(ValueError, match="differ"):
+        t_test([0.2, 0.2], 0)
+
+
+@pytest.mark.parametrize("k,n", [(0, 5), (5, 5), (3, 5), (9, 10), (1, 10), (130, 256)])
+def test_exact_binomial_intervals_and_tails_match_scipy(k, n):
+    lo, hi = clopper_pearson(k, n)
+    ref = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
+    assert (lo, hi) == pytest.approx((ref.low, ref.high), abs=1e-9)
+    assert 0 <= lo < hi <= 1  # never outside [0, 1], never of zero width
+    above, below = binomial_tail(k, n, 0.5)
+    assert above == pytest.approx(stats.binom.sf(k - 1, n, 0.5), rel=1e-9)
+    assert below == pytest.approx(stats.binom.cdf(k, n, 0.5), rel=1e-9)
+
+
+def test_holm_steps_down():
+    # sorted 0.01, 0.02, 0.03, 0.04 in a family of 4: 0.04, 0.06, 0.06, 0.06
+    assert holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == [1.0, 1.0]
 
 
 def _fake(values):
@@ -99,39 +214,93 @@ def _fake(values):
     [([0.5, 0.6, 0.55, 0.52, 0.58], "holds"),
      ([-0.5, -0.6, -0.55, -0.52, -0.58], "fails"),
      ([0.5, -0.6, 0.55, -0.52, 0.58], "inconclusive"),
-     ([0.5], "inconclusive")],
+     ([0.5], "inconclusive"),
+     ([0.5, 0.5, 0.5], "inconclusive")],  # no spread: no interval
 )  # fmt: skip
-def test_the_verdict_rule_is_the_interval_against_the_threshold(values, verdict):
-    prop = Proposition("p", "claim", "x", lambda r, s: r["extrapolation"][s]["x"], 0.1)
+def test_the_effect_rule_is_the_interval_against_the_threshold(values, verdict):
+    prop = Proposition("p", "claim", "x", lambda r, s: r["extrapolation"][s]["x"], 0.1, "holds",
+                       experiments=("extrapolation",))  # fmt: skip
     (v,) = check(_fake(values), (prop,))
     assert v["verdict"] == verdict and v["values"] == values
     assert failures([v]) == ([] if verdict == "holds" else [v])
+    if verdict != "inconclusive":
+        assert v["p"] < 0.05 and v["lo"] < v["hi"]
 
 
-def test_a_recall_proposition_counts_only_the_seeds_that_learned():
-    """Bimodal outcome: seeds whose model stayed on the plateau give no value."""
+@pytest.mark.parametrize(
+    "values,verdict",
+    [([0.01, -0.01, 0.02, 0.0, 0.005], "holds"),     # 90% interval inside +-0.05
+     ([0.2, 0.25, 0.22, 0.21, 0.24], "fails"),       # 95% interval beyond +0.05
+     ([0.04, -0.03, 0.09, 0.0, 0.06], "inconclusive")],
+)  # fmt: skip
+def test_the_equivalence_rule_is_two_one_sided_tests(values, verdict):
+    prop = Proposition("p", "claim", "x", lambda r, s: r["extrapolation"][s]["x"], 0.0, "holds",
+                       kind="equivalence", margin=0.05, experiments=("extrapolation",))  # fmt: skip
+    (v,) = check(_fake(values), (prop,))
+    assert v["verdict"] == verdict and v["level"] == 0.9
+    lo, hi = stats.t.interval(0.9, 4, loc=sum(values) / 5, scale=stats.sem(values))
+    assert (v["lo"], v["hi"]) == pytest.approx((lo, hi), abs=1e-4)
+
+
+@pytest.mark.parametrize("passes,verdict", [(10, "holds"), (9, "holds"), (8, "inconclusive"),
+                                            (1, "fails"), (5, "inconclusive")])  # fmt: skip
+def test_the_rate_rule_counts_seeds_with_an_exact_interval(passes, verdict):
+    prop = Proposition("p", "claim", "x", lambda r, s: r["extrapolation"][s]["x"], 0.5, "holds",
+                       kind="rate", experiments=("extrapolation",))  # fmt: skip
+    (v,) = check(_fake([1.0] * passes + [0.0] * (10 - passes)), (prop,))
+    assert v["verdict"] == verdict and v["k"] == passes and v["seeds"] == 10
+    assert (v["lo"], v["hi"]) == pytest.approx(clopper_pearson(passes, 10), abs=1e-4)
+    (five,) = check(_fake([1.0] * 5), (prop,))  # 5 of 5 cannot decide
+    assert five["verdict"] == "inconclusive" and five["lo"] == pytest.approx(0.4782, abs=1e-4)
+
+
+def test_holm_verdicts_beside_the_raw_ones_within_each_family():
+    props = tuple(
+        Proposition(f"p{i}", "claim", "x", lambda r, s, i=i: r["extrapolation"][s]["x"] + i,
+                    0.0, "holds" if i < 2 else None, experiments=("extrapolation",))
+        for i in range(3)
+    )  # fmt: skip
+    values = [0.02, 0.05, 0.01, 0.04, 0.03]  # p0 holds raw (p about 0.02)
+    out = {v["name"]: v for v in check(_fake(values), props)}
+    assert out["p0"]["family"] == out["p1"]["family"] == "full, stated"
+    assert out["p2"]["family"] == "full, reported"
+    assert out["p0"]["verdict"] == "holds" and out["p0"]["p"] < 0.05
+    p0, p1 = out["p0"]["p"], out["p1"]["p"]
+    assert out["p0"]["p_holm"] == pytest.approx(min(1, max(2 * min(p0, p1), max(p0, p1))), abs=1e-6)
+    assert out["p2"]["p_holm"] == pytest.approx(out["p2"]["p"], abs=1e-6)  # a family of one
+    assert out["p0"]["verdict_holm"] == ("holds" if out["p0"]["p_holm"] < 0.05 else "inconclusive")
+
+
+def test_reach_counts_a_seed_when_it_beats_the_window_control():
     rows = []
-    for seed, (learned, acc2) in enumerate([(1.0, 0.9), (0.0, 0.06), (1.0, 0.8), (1.0, 0.95)]):
-        rows.append({"seed": seed, "scheme": "t5", "factor": 0, "accuracy": 0.99,
-                     "chance": 0.0625, "learned": learned})  # fmt: skip
-        for f, acc in ((2, acc2), (8, 0.06)):
-            rows.append({"seed": seed, "scheme": "t5", "factor": f, "accuracy": acc,
-                         "chance": 0.0625})  # fmt: skip
-    props = {p.name: p for p in lab.RECALL_PROPOSITIONS}
-    near, far = check({"recall": rows}, (props["recall-t5-2L"], props["recall-t5-8L"]))
-    assert near["seeds"] == 3 and near["values"] == [0.8375, 0.7375, 0.8875]
-    assert near["verdict"] == "holds" and far["verdict"] == "fails"
-    alone = [r for r in rows if r["seed"] in (1, 2)]  # one learned seed: too few
-    (v,) = check({"recall": alone}, (props["recall-t5-2L"],))
-    assert v["seeds"] == 1 and v["verdict"] == "inconclusive"
+    for seed, (full, window) in enumerate([(0.9, 0.06), (0.5, 0.3), (0.95, 0.05)]):
+        rows.append(
+            {
+                "seed": seed,
+                "scheme": "t5",
+                "factor": 0,
+                "accuracy": 0.99,
+                "accuracy_round1": 0.99,
+                "accuracy_round2": 0.99,
+                "learned": 1.0,
+            }
+        )
+        for attention, acc in (("full", full), ("window", window)):
+            rows.append({"seed": seed, "scheme": "t5", "factor": 2, "band": "L-2L",
+                         "attention": attention, "accuracy": acc})  # fmt: skip
+    props = {p.name: p for p in lab.PROPOSITIONS}
+    reach, learns = check({"recall": rows}, (props["reach-t5-L-2L-at-2L"], props["learns-t5"]))
+    assert reach["values"] == [1.0, 0.0, 1.0] and reach["k"] == 2 and reach["seeds"] == 3
+    assert learns["k"] == 3 and learns["verdict"] == "inconclusive"  # 3 seeds cannot decide
 
 
 def test_compare_reproduces_the_stored_full_run_on_this_machine(tmp_path):
-    """The full preset's extrapolation for one seed, re-run wherever the tests run (CI is
-    another machine than the one that stored the results), compared statistically."""
+    """The full preset's extrapolation for one seed and four schemes, re-run wherever the
+    tests run (CI is another machine than the one that stored the results), compared
+    statistically with the stored seeds of the same schemes."""
     out = _cli(
-        "--experiments", "extrapolation", "--seeds", "0", "--out", str(tmp_path),
-        "--no-progress", "--no-plots", "--compare",
+        "--experiments", "extrapolation", "--seeds", "0", "--schemes", "sinusoidal,rope,alibi,t5",
+        "--out", str(tmp_path), "--no-progress", "--no-plots", "--compare",
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "stored results reproduced" in out.stdout

@@ -9,7 +9,18 @@ import torch
 from torch import nn
 
 from posenc.lab import PRESETS, Lab
-from posenc.lab.recall import learned_seeds, needle_grid, recall, recall_accuracy
+from posenc.lab.recall import (
+    bands,
+    criterion_step,
+    learned_seeds,
+    needle_grid,
+    recall,
+    recall_accuracy,
+    recall_answers,
+    recall_curve,
+    recall_hits,
+    round_accuracies,
+)
 from posenc.lab.tasks import RecallTask
 
 
@@ -23,21 +34,24 @@ def _earlier_value(tokens, t, keys):
 
 class Oracle(nn.Module):
     """Names the token that followed the previous occurrence of the current key, when it is
-    in view; otherwise no preference (uniform logits)."""
+    in view and at most ``reach`` tokens back; otherwise no preference (uniform logits)."""
 
     max_len = None
 
-    def __init__(self, task):
+    def __init__(self, task, reach=None):
         super().__init__()
         self.task = task
+        self.reach = reach
         self.anchor = nn.Parameter(torch.zeros(()))
 
     def forward(self, tokens):
         b, n = tokens.shape
         logits = torch.zeros(b, n, self.task.vocab)
         for i in range(b):
+            row = tokens[i].tolist()
             for t in range(n):
-                v = _earlier_value(tokens[i].tolist(), t, self.task.keys)
+                lo = 0 if self.reach is None else max(0, t - self.reach)
+                v = _earlier_value(row[lo:], t - lo, self.task.keys)
                 if v is not None:
                     logits[i, t, v] = 10.0
         return logits
@@ -70,22 +84,60 @@ def test_pairs_are_spread_uniformly_over_the_region():
     assert abs(pos.mean().item() - centre) < 4 * se
 
 
-def test_far_batch_puts_every_pair_out_of_view_of_the_last_span_tokens():
+@pytest.mark.parametrize("length,lo,hi", [(32, 1, 31), (64, 32, 63), (256, 128, 255)])
+def test_band_batch_puts_every_key_at_its_distance_and_stores_it(length, lo, hi):
     task = RecallTask(pairs=4)
-    span, length = 32, 128
-    x, y, w = task.far_batch(32, length, span, torch.Generator().manual_seed(1))
-    body = x[:, : length - 16]
-    where = torch.nonzero(body < task.keys)[:, 1]
-    assert where.min() >= length - 2 * span and where.max() < length - span
-    tail = x[:, -span:]
-    assert not (tail[:, : span - 16] < task.keys).any()  # only the query block has keys
-    assert torch.equal(w.sum(1), torch.full((32,), 4.0))  # the first round only
-    oracle = Oracle(task)
-    acc_full, _ = recall_accuracy(oracle, task, x, y, w)
-    acc_cut, _ = recall_accuracy(oracle, task, *(t[:, -span:] for t in (x, y, w)))
-    assert acc_full == 1.0
-    # out of view: a guess; 128 answers, so within 4 binomial sd of 1/16
-    assert abs(acc_cut - 1 / 16) < 4 * math.sqrt(1 / 16 * 15 / 16 / 128)
+    x, y, w, d = task.band_batch(64, length, lo, hi, torch.Generator().manual_seed(length))
+    assert (
+        x.shape == (64, length) and d.shape == (64, 4) and torch.equal(w.sum(1), 4 * torch.ones(64))
+    )
+    for i in range(64):
+        row = x[i].tolist()
+        for j, t in enumerate(torch.nonzero(w[i]).flatten().tolist()):
+            # the first round's queries, in order; the key d back, alone before the block
+            assert t == length - 16 + 2 * j and row[t] < task.keys
+            key_at = t - int(d[i, j])
+            assert row[key_at] == row[t] and y[i, t] == row[key_at + 1]
+            assert row[: length - 16].count(row[t]) == 1
+            assert max(lo, 2 * j + 2) <= d[i, j] <= min(hi, t)
+    assert recall_accuracy(Oracle(task), task, x, y, w)[0] == 1.0
+
+
+def test_the_window_oracle_recalls_within_its_reach_only():
+    """An oracle that sees only its last 32 tokens: every answer less than 32 back, and
+    about chance (1/16) beyond, on the band sampler's inputs."""
+    task = RecallTask(pairs=4)
+    g = torch.Generator().manual_seed(5)
+    near = task.band_batch(32, 64, 1, 31, g)
+    far = task.band_batch(32, 64, 32, 63, g)
+    window = Oracle(task, reach=31)
+    assert bool(recall_hits(window, task, *near[:3]).all())
+    acc = recall_hits(window, task, *far[:3]).double().mean().item()
+    assert abs(acc - 1 / 16) < 4 * math.sqrt(1 / 16 * 15 / 16 / 128)
+
+
+def test_round_accuracies_tell_the_first_round_from_the_second():
+    """A model that looks back only a few tokens answers the second round (its answers sit
+    in the block) and guesses the first: the plateau the learned threshold is set above."""
+    task = RecallTask(pairs=4)
+    x, y, w = task.batch(32, 200, torch.Generator().manual_seed(6))
+    full = round_accuracies(Oracle(task), task, x, y, w)
+    assert full == {"accuracy": 1.0, "accuracy_round1": 1.0, "accuracy_round2": 1.0}
+    short = round_accuracies(Oracle(task, reach=15), task, x, y, w)
+    assert short["accuracy_round2"] == 1.0
+    # first round: the few keys within 15 tokens of their query (about 8%), else a guess
+    assert short["accuracy_round1"] < 0.25
+    assert short["accuracy"] == pytest.approx((short["accuracy_round1"] + 1) / 2, abs=1e-4)
+
+
+def test_bands_and_criterion_step():
+    assert bands(32, 1, 16) == [("<L", 1, 31)]
+    assert bands(32, 2, 16) == [("<L", 1, 31), ("L-2L", 32, 63)]
+    assert bands(32, 8, 16) == [("<L", 1, 31), ("L-2L", 32, 63), ("2L-4L", 64, 127),
+                                ("4L-8L", 128, 255)]  # fmt: skip
+    probes = [{"step": 250, "accuracy": 0.5}, {"step": 500, "accuracy": 0.8},
+              {"step": 750, "accuracy": 0.99}]  # fmt: skip
+    assert criterion_step(probes, 0.77) == 500 and criterion_step(probes, 0.995) is None
 
 
 @pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
@@ -104,11 +156,11 @@ def test_needle_sits_at_its_depth_and_is_the_only_scored_answer(depth):
 
 def test_no_content_marks_the_answer():
     """Fillers are value tokens, so guessing the most frequent value in view (a rule that
-    reads content only) scores about 0.14 on the far inputs the lab scores at 2L; with
+    reads content only) scores about chance on inputs whose keys lie L to 2L back; with
     fillers of their own, values would be the only such tokens in view and the same rule
     would score 1 / pairs = 0.25 or more."""
     task = RecallTask(pairs=4)
-    x, y, w = task.far_batch(1000, 64, 32, torch.Generator().manual_seed(3))
+    x, y, w, _ = task.band_batch(1000, 64, 32, 63, torch.Generator().manual_seed(3))
     hits = 0
     for i in range(1000):
         row = x[i].tolist()
@@ -127,27 +179,47 @@ def test_bad_input_names_the_parameter():
         task.batch(2, 16, g)
     with pytest.raises(ValueError, match="keys"):
         RecallTask(pairs=8, keys=4)
-    with pytest.raises(ValueError, match="length"):
-        task.far_batch(2, 40, 32, g)
+    with pytest.raises(ValueError, match="hi must allow"):
+        task.band_batch(2, 40, 32, 63, g)  # a key 32 back cannot precede the first query
 
 
 def test_experiments_rows_on_a_tiny_run():
     c = dataclasses.replace(
         PRESETS["smoke"],
-        recall_steps=3,
+        recall_steps=4,
+        recall_probe_every=2,
         recall_pairs=1,
         recall_sequences=16,
-        recall_schemes=("alibi", "learned"),
+        recall_band_answers=8,
+        recall_factors=(1, 2, 8),
+        recall_schemes=("alibi", "rope"),
     )
     lab = Lab(c)
     rows = recall(lab)
-    assert {r["scheme"] for r in rows} == {"alibi", "learned"}
-    learned_rows = [r for r in rows if r["factor"] == 0]
-    assert all(r["learned"] in (0.0, 1.0) for r in learned_rows)
+    assert {r["scheme"] for r in rows} == {"alibi", "rope", "rope:pi", "rope:ntk", "rope:yarn",
+                                           "rope:llama3"}  # fmt: skip
+    view = [r for r in rows if r["factor"] == 0]
+    assert all(r["learned"] in (0.0, 1.0) and "accuracy_round2" in r for r in view)
     assert learned_seeds(rows) == {
-        s: (int(sum(r["learned"] for r in learned_rows if r["scheme"] == s)), 1)
-        for s in ("alibi", "learned")
+        s: (int(sum(r["learned"] for r in view if r["scheme"] == s)), 1) for s in ("alibi", "rope")
     }
+    answers = {(r["factor"], r["band"]): r for r in recall_answers(lab)}
+    assert set(answers) == {(1, "<L"), (2, "<L"), (2, "L-2L"), (8, "<L"), (8, "L-2L"),
+                            (8, "2L-4L"), (8, "4L-8L")}  # fmt: skip
+    for r in rows:
+        if r["factor"] == 0:
+            continue
+        a = answers[r["factor"], r["band"]]
+        assert len(r["hits"]) == r["answers"] == len(a["distances"]) == 8
+        assert r["correct"] == r["hits"].count("1") and r["accuracy"] == r["correct"] / 8
+        assert all(a["lo"] <= d <= a["hi"] for d in a["distances"])
+    for name in ("alibi", "rope:ntk"):  # every band, both ways, scaled RoPE only beyond L
+        got = {(r["factor"], r["band"], r["attention"]) for r in rows
+               if r["scheme"] == name and r["factor"] > 0}  # fmt: skip
+        want = {k + (att,) for k in answers for att in ("full", "window")}
+        assert got == (want if name == "alibi" else {k for k in want if k[0] > 1})
+    curve = recall_curve(lab)
+    assert [r["step"] for r in curve if r["scheme"] == "alibi"] == [2, 4]
     grid = needle_grid(lab)
     assert len({(r["scheme"], r["factor"], r["depth"]) for r in grid}) == len(grid)
     assert all(0 <= r["accuracy"] <= 1 for r in grid + rows)

@@ -319,21 +319,25 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
     (``tolerance["loss"]`` nats or ``["accuracy"]``): see :data:`TOLERANCE`.
     So another CPU, thread count or set of seeds passes unless the
     difference is far outside the seed-to-seed spread.  The entropy floor,
-    which is exact, must agree to 1e-4.  Schemes that ``fresh`` runs and
-    ``stored`` did not (registered after it was made, or left out of its
-    run) are left out, per experiment; every other setting must be equal
-    (``seed`` aside).
+    which is exact, must agree to 1e-4.  Only the schemes both runs have are
+    compared: ``fresh`` may run fewer (``--schemes``) or more (schemes
+    registered after ``stored`` was made, or left out of its run), per
+    experiment; every other setting must be equal (``seed`` and the scheme
+    lists aside).
     """
     tol = dict(TOLERANCE, **(tolerance or {}))
     problems = []
-    lists = ("schemes", "passkey_schemes")
+    lists = ("schemes", "passkey_schemes", "recall_schemes")
     old_config, new_config = dict(stored["config"]), dict(fresh["config"])
-    for key in lists:
+    both = set()  # the schemes both runs have
+    for key in lists[:2]:
         old_list = old_config.get(key) or old_config.get("schemes", ())  # None: as schemes
-        kept = [s for s in new_config.get(key) or new_config.get("schemes", ()) if s in old_list]
-        if kept != list(old_list):
+        new_list = new_config.get(key) or new_config.get("schemes", ())
+        kept = [s for s in new_list if s in old_list]
+        if not kept or kept != [s for s in old_list if s in new_list]:
             problems.append(f"configs differ ({key})")
             return problems
+        both |= set(kept)
     for key in lists:
         old_config.pop(key, None), new_config.pop(key, None)
     old_config.pop("seed", None), new_config.pop("seed", None)
@@ -344,10 +348,16 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
     def stored_schemes(name):  # the schemes (and scalings, floor) stored for one experiment
         return {r.get("scheme", "floor") for r in stored["results"].get(name, [])} | {"floor"}
 
+    def common(row):  # a row of a scheme both runs have (or of no scheme)
+        return row.get("scheme", "floor").split(":")[0] in both | {"floor"}
+
     fresh_results = {
         name: [r for r in rows if r.get("scheme", "floor") in stored_schemes(name)]
         for name, rows in fresh["results"].items()
     }
+    stored = dict(stored, results={
+        n: [r for r in rows if common(r)] for n, rows in stored["results"].items()
+    })  # fmt: skip
     old = _compared({n: stored["results"].get(n, []) for n in fresh_results})
     new = _compared(fresh_results)
     for key in sorted(set(old) | set(new), key=repr):

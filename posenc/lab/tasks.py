@@ -87,8 +87,8 @@ class RecallTask:
         fresh order (``2 * pairs * rounds`` tokens).  Training scores every
         round; from the second round on, the answer also sits in the block a
         few tokens back, so those answers teach the same lookup at short range.
-        The evaluations score the first round only, whose answers lie before
-        the block.
+        The evaluations by distance score the first round only, whose answers
+        lie before the block.
     """
 
     def __init__(self, pairs: int = 4, keys: int = 16, values: int = 16, rounds: int = 2):
@@ -165,27 +165,6 @@ class RecallTask:
         tokens = torch.cat((region, block), 1)
         mask = torch.zeros(tokens.shape, dtype=torch.bool)
         mask[:, -self.block :: 2] = True
-        return self._scored(tokens, mask)
-
-    def far_batch(self, batch: int, length: int, span: int, generator: torch.Generator):
-        """``(inputs, targets, weights)`` ``(batch, length)`` with every pair in
-        ``[length - 2 span, length - span)``: out of view in the last ``span`` tokens.
-
-        Needs ``span >= block`` (the region holds the pairs, the last
-        ``span`` tokens the query block) and ``length >= 2 span``; the first
-        round of queries is scored.
-        """
-        batch = check_int("batch", batch, minimum=1)
-        span = check_int("span", span, minimum=self.block)
-        length = check_int("length", length, minimum=2 * span)
-        keys, values = self._draw(batch, generator)
-        before = self._fillers(batch, length - 2 * span, generator)
-        region = self._region(keys, values, span, generator)
-        after = self._fillers(batch, span - self.block, generator)
-        block, _ = self._queries(keys, values, generator)
-        tokens = torch.cat((before, region, after, block), 1)
-        mask = torch.zeros(tokens.shape, dtype=torch.bool)
-        mask[:, -self.block : -self.block + 2 * self.pairs : 2] = True
         return self._scored(tokens, mask)
 
     def band_batch(self, batch: int, length: int, lo: int, hi: int, generator: torch.Generator):
