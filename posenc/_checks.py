@@ -264,3 +264,26 @@ def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
     if t.dim() == full and full > 4:  # flatten the batch dimensions, as for q
         t = t.expand(*scores[:-3], *t.shape[-3:]).reshape(-1, *t.shape[-3:])
     return t
+
+
+def check_build_args(num_heads, head_dim, max_len, causal):
+    """``(num_heads, head_dim, max_len)`` of a scheme's ``build``, checked under those names."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {type(causal).__name__} {causal!r}")
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    head_dim = check_int("head_dim", head_dim, minimum=1)
+    max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
+    return num_heads, head_dim, max_len
+
+
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first frame outside posenc: the user's call."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)

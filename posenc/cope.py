@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_int
+from ._checks import check_build_args, check_int
 from .masks import causal_mask
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, repeat_kv, softmax_weights
@@ -164,6 +164,7 @@ class CoPE(PositionalScheme):
     @classmethod
     def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
         """``max_positions = max_len + 1`` (the released code's default); 65 without ``max_len``."""
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("max_positions", 65 if max_len is None else max_len + 1)
         return cls(num_heads, head_dim, **options)
 

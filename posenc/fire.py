@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import as_positions, check_float, check_int
+from ._checks import as_positions, check_build_args, check_float, check_int
 from .scheme import PositionalScheme
 
 __all__ = ["FIRE"]
@@ -199,6 +199,7 @@ class FIRE(PositionalScheme):
         the training length keeps that ratio, so that a model trained on short
         sequences also sees the normaliser grow with ``i``.
         """
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         if max_len is not None:
             options.setdefault("init_L", max_len / 4)
         return cls(num_heads, **options)

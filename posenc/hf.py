@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ._checks import check_choice, check_float, check_int
+from ._checks import check_choice, check_even, check_float, check_int
 from .mrope import MultimodalRotaryEmbedding
 from .rope import RotaryEmbedding
 from .scaling import RopeScaling
@@ -451,6 +451,8 @@ def _one_rope(params, head_dim, layout, default_theta, max_positions, original):
     base = params.get("rope_theta")
     base = check_float("default_theta", default_theta, positive=True) if base is None else base
     fraction = params.get("partial_rotary_factor")
+    if fraction is None or (scaling is not None and scaling.kind == "proportional"):
+        check_even("head_dim", head_dim)  # every feature is rotated, in pairs
     rotary_dim = head_dim
     if fraction is not None and (scaling is None or scaling.kind != "proportional"):
         rotary_dim = int(head_dim * fraction)  # as transformers computes it

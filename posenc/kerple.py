@@ -37,11 +37,14 @@ bias are computed in float32, or float64 for float64 inputs, on both paths.
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import check_choice, check_int
+from ._checks import check_choice, check_float_dtype, check_int
 from .context import CallContext
 from .scheme import PositionalScheme
 
@@ -106,13 +109,17 @@ class Kerple(PositionalScheme):
         # the paper's initial ranges: -p log(1 + a|m-n|) with p ~ U(0, 2), a ~ U(0, 1);
         # -a |m-n|^p with a ~ U(0, 1), p ~ U(0, 2)
         r1_high, r2_high = (2.0, 1.0) if self.kind == "log" else (1.0, 2.0)
+        r2_upper = 2.0 if self.kind == "power" else None
         r1 = self._initial("r1", r1, r1_high, upper=None)
-        r2 = self._initial("r2", r2, r2_high, upper=2.0 if self.kind == "power" else None)
-        raw_r2 = _inverse_softplus(r2) if self.kind == "log" else torch.logit(r2 / 2)
-        # mapped back in float64, then rounded once to the parameters' dtype
-        dtype = torch.get_default_dtype() if dtype is None else dtype
+        r2 = self._initial("r2", r2, r2_high, upper=r2_upper)
+        # mapped in float64, then rounded once to the parameters' dtype
+        dtype = check_float_dtype("dtype", torch.get_default_dtype() if dtype is None else dtype)
         self.raw_r1 = nn.Parameter(_inverse_softplus(r1).to(device=device, dtype=dtype))
+        raw_r2 = _inverse_softplus(r2) if self.kind == "log" else torch.logit(r2 / 2)
         self.raw_r2 = nn.Parameter(raw_r2.to(device=device, dtype=dtype))
+        # in the parameters' dtype, a value may overflow or round onto its range's boundary
+        self._check_stored("r1", r1, self.r1, upper=None)
+        self._check_stored("r2", r2, self.r2, upper=r2_upper)
 
     @classmethod
     def examples(cls, num_heads, head_dim):
@@ -130,6 +137,14 @@ class Kerple(PositionalScheme):
         if value is None:
             # uniform on (0, high) as in the paper's code, then its clamp at PAPER_EPS
             return (torch.rand(h, dtype=torch.float64) * high).clamp(min=PAPER_EPS)
+        if isinstance(value, (bool, str, bytes)) or not (
+            isinstance(value, (numbers.Real, torch.Tensor))
+            or (isinstance(value, Sequence) and all(isinstance(x, numbers.Real) for x in value))
+        ):
+            raise TypeError(
+                f"{name} must be a positive number or one per head (a sequence or tensor of "
+                f"shape (num_heads,)), got {type(value).__name__} {value!r}"
+            )
         t = torch.as_tensor(value, dtype=torch.float64)
         if t.is_complex() or t.dtype == torch.bool:
             raise TypeError(f"{name} must be real, got dtype {t.dtype}")
@@ -147,6 +162,19 @@ class Kerple(PositionalScheme):
         if bool(bad.any()):
             raise ValueError(f"{name} must be finite and {allowed}, got {t.tolist()}")
         return t
+
+    def _check_stored(self, name, wanted, stored, *, upper):
+        """Refuse a value that the parameters' dtype stores as inf, 0 or its range's bound."""
+        stored = stored.detach().double().cpu()
+        bad = ~torch.isfinite(stored) | (stored <= 0)
+        if upper is not None:
+            bad |= stored >= upper
+        if bool(bad.any()):
+            dtype = self.raw_r1.dtype
+            raise ValueError(
+                f"{name}={wanted[bad].tolist()} cannot be stored in {dtype}: it maps to "
+                f"{stored[bad].tolist()}; choose a value nearer 1 or a wider dtype"
+            )
 
     @property
     def r1(self) -> torch.Tensor:

@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._checks import as_positions, check_float, check_float_dtype, check_int, has_values
+from ._checks import (
+    as_positions,
+    check_build_args,
+    check_float,
+    check_float_dtype,
+    check_int,
+    has_values,
+)
 
 __all__ = ["LearnedEmbedding"]
 
@@ -61,6 +68,7 @@ class LearnedEmbedding(nn.Module):
     @classmethod
     def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
         """A ``(max_len, num_heads * head_dim)`` table (``max_len`` 512 if not given)."""
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         return cls(512 if max_len is None else max_len, num_heads * head_dim, **options)
 
     def __init__(

@@ -59,6 +59,7 @@ from ._angles import compute_dtype, cos_sin
 from ._checks import (
     MAX_POSITION,
     as_positions,
+    check_build_args,
     check_choice,
     check_even,
     check_float,
@@ -342,7 +343,8 @@ class RotaryEmbedding(PositionalScheme):
     @classmethod
     def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
         """RoPE over the whole head (``dim = head_dim``); the table grows as needed."""
-        return cls(head_dim, **options)
+        check_build_args(num_heads, head_dim, max_len, causal)
+        return cls(check_even("head_dim", head_dim), **options)
 
     def forward(self, x, *args, **kwargs):
         """Attention, ``module(q, k, v, ...)``; or, with one tensor, :meth:`rotate_one`.

@@ -62,6 +62,7 @@ import inspect
 import torch
 from torch import nn
 
+from ._checks import check_build_args
 from .context import CallContext, prepare
 from .sdpa import dot_scores, scaled_dot_product, softmax_weights
 
@@ -199,8 +200,11 @@ class PositionalScheme(nn.Module):
         decoder; ``options`` go to the constructor.  The default passes
         ``num_heads``, ``head_dim`` (or ``dim``) and ``max_positions=max_len``
         to the constructor by name where it takes them; override it when the
-        constructor needs more.
+        constructor needs more, and start the override with
+        ``posenc._checks.check_build_args``, so that bad values are named as the caller
+        wrote them (``max_len``, not the constructor's ``max_positions``).
         """
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         params = inspect.signature(cls.__init__).parameters
         known = {"num_heads": num_heads, "head_dim": head_dim, "dim": head_dim}
         if max_len is not None:
@@ -257,6 +261,7 @@ class NoPE(PositionalScheme):
 
     @classmethod
     def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+        check_build_args(num_heads, head_dim, max_len, causal)
         return cls(**options)
 
 

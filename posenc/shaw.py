@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_int, check_offset
+from ._checks import check_build_args, check_int, check_offset
 from .context import as_context
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, repeat_kv, softmax_weights
@@ -164,6 +164,7 @@ class ShawRelativeAttention(PositionalScheme):
     @classmethod
     def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
         """Clipping distance ``max_distance`` 16 unless given."""
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("max_distance", 16)
         return cls(head_dim, **options)
 

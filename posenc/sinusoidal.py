@@ -25,6 +25,7 @@ from . import _angles, _memory
 from ._checks import (
     as_positions,
     beyond_limit,
+    check_build_args,
     check_choice,
     check_even,
     check_float,
@@ -213,6 +214,7 @@ class SinusoidalEmbedding(nn.Module):
     @classmethod
     def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
         """The table for model width ``num_heads * head_dim`` (the registry's constructor)."""
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         return cls(num_heads * head_dim, **options)
 
     def __init__(

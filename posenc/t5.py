@@ -28,6 +28,7 @@ from ._checks import (
     MAX_DISTANCE,
     as_positions,
     beyond_limit,
+    check_build_args,
     check_heads,
     check_int,
     check_offset,
@@ -226,6 +227,7 @@ class T5RelativeBias(PositionalScheme):
     @classmethod
     def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
         """``bidirectional=not causal`` and ``max_distance = max(max_len, num_buckets)``."""
+        num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("bidirectional", not causal)
         if max_len is not None:
             options.setdefault("max_distance", max(max_len, options.get("num_buckets", 32)))

@@ -38,7 +38,12 @@ Any fixed shift ``c`` of the positions cancels in the score,
   where values cannot be read, those rows become NaN instead of silently
   wrong).  The limit is ``scale_base * ln(1 / tiny) / ln(1 / zeta_0)``: about
   35 700 positions for float32 and bfloat16 and 3 960 for float16 at
-  ``scale_base = 512``; float64 reaches about 290 000.
+  ``scale_base = 512``; float64 reaches about 290 000.  In float16 and
+  bfloat16 the scaled queries and keys must also fit the dtype, which depends
+  on their size: a factor of 14 000 (position 3 900 in float16) times a key
+  of size 5 exceeds float16's 65 504.  :meth:`XPos.rotate` scales in float32,
+  rounds once and raises ``ValueError`` when a value would overflow or
+  become subnormal.
 
 Conventions are RoPE's (:mod:`posenc.rope`): counter-clockwise rotation,
 ``layout="half"`` pairs features ``(i, i + d/2)`` and ``"interleaved"`` pairs
@@ -197,6 +202,30 @@ class XPos(PositionalScheme):
             f = f.unsqueeze(1)
         return x.to(f.dtype) * f
 
+    def _check_representable(self, name, x, scaled, positions):
+        """Refuse scaled values that ``x``'s dtype would round to inf or to a subnormal.
+
+        The factors are computed and applied in float32 and rounded once to a
+        float16 or bfloat16 input's dtype; a large factor times a key of size 5
+        can exceed float16's 65504 well inside :meth:`position_limit`, and a
+        small one can push a query below its normal range, where the score
+        loses its precision.
+        """
+        if scaled.dtype == x.dtype or not has_values(scaled) or not scaled.numel():
+            return
+        info = torch.finfo(x.dtype)
+        size = scaled.abs()
+        lost = (size > info.max) | ((size < info.tiny) & (x.abs() >= info.tiny))
+        if bool(lost.any()):
+            lo, hi = int(positions.min()), int(positions.max())
+            raise ValueError(
+                f"xPos scales {name} outside the normal range of {x.dtype} at positions {lo} to "
+                f"{hi} (|{name}| * zeta**(+-(p - centre)/scale_base) reaches "
+                f"{float(size.max()):.3g}, or leaves a normal value below {info.tiny:.3g}), so "
+                f"its scores would overflow or lose their precision; choose a centre nearer to "
+                f"the positions (centre={(lo + hi) // 2}, say), a larger scale_base or float32"
+            )
+
     def rotate(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext):
         """Scale and rotate ``q`` ``(batch, heads, q_len, d)`` and ``k`` at their positions.
 
@@ -214,6 +243,8 @@ class XPos(PositionalScheme):
                 )
         qs = self._scale(q, ctx.q_positions, keys=False)
         ks = self._scale(k, ctx.k_positions, keys=True)
+        self._check_representable("q", q, qs, ctx.q_positions)
+        self._check_representable("k", k, ks, ctx.k_positions)
         # the factor is shared by the two features of a pair, so it commutes with the rotation
         qr, kr = self.rope.rotate(qs, ks, ctx)
         return qr.to(q.dtype), kr.to(k.dtype)

@@ -348,3 +348,82 @@ def test_transformer_xl_distances_beyond_two_positions_apart_are_refused(d):
     with pytest.raises(ValueError, match="distances must lie strictly within 2\\*\\*32"):
         posenc.relative_sinusoids(torch.tensor([0, d]), 8)
     assert torch.isfinite(posenc.relative_sinusoids(torch.tensor([2**32 - 1]), 8)).all()
+
+
+# ------------------------------------------- a user's sweep of edge cases (issue 26, item 7)
+
+
+def test_xpos_in_float16_refuses_keys_it_would_overflow_and_works_near_its_centre():
+    # the factor at 3900 is finite in float16 (about 14 000), but times a key of size 5 it
+    # exceeds 65504: refused by name, where it used to give NaN
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 6, 16, generator=g) for _ in range(3))
+    pos = torch.arange(3900, 3906)
+    kw = dict(q_positions=pos, k_positions=pos)
+    with pytest.raises(ValueError, match=r"xPos scales [qk] outside the normal range of torch\.fl"):
+        posenc.attention(q.half(), (5 * k).half(), v.half(), encoding=posenc.XPos(16), **kw)
+    # the same inputs with the centre near the positions: right to float16's rounding
+    near = posenc.XPos(16, centre=3903)
+    got = posenc.attention(q.half(), (5 * k).half(), v.half(), encoding=near, **kw)
+    want = posenc.attention(q.double(), (5 * k).double(), v.double(), encoding=posenc.XPos(16),
+                            **kw)  # fmt: skip
+    assert (got.double() - want).abs().max().item() < 2e-2
+    # a key the factor leaves inside float16 is not refused
+    ok = posenc.attention(
+        q.half(),
+        k.half(),
+        v.half(),
+        encoding=posenc.XPos(16),
+        q_positions=torch.arange(6) + 60,
+        k_positions=torch.arange(6) + 60,
+    )
+    assert torch.isfinite(ok).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, stored",
+    [({"r1": 1e39}, "inf"), ({"r1": 1e-50}, "0.0"), ({"kind": "power", "r2": 1.99999999}, "2.0")],
+)
+def test_kerple_refuses_values_its_parameters_cannot_store(kwargs, stored):
+    name = "r1" if "r1" in kwargs else "r2"
+    with pytest.raises(
+        ValueError, match=rf"{name}=.* cannot be stored in torch.float32: it maps to \[{stored}"
+    ):
+        posenc.Kerple(4, **kwargs)
+    wide = posenc.Kerple(4, **kwargs, dtype=torch.float64)  # float64 holds them
+    assert torch.isfinite(getattr(wide, name)).all()
+
+
+@pytest.mark.parametrize("value", ["1.0", b"1", True, None.__class__, {"a": 1}])
+def test_kerple_names_a_parameter_of_the_wrong_type(value):
+    with pytest.raises(TypeError, match=r"^r1 must be a positive number or one per head"):
+        posenc.Kerple(4, r1=value)
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: posenc.SCHEMES["cope"].build(8, 64, max_len=-1), "max_len"),
+        (lambda: posenc.SCHEMES["learned"].build(8, 64, max_len=0), "max_len"),
+        (lambda: posenc.SCHEMES["fire"].build(8, 64, max_len=0), "max_len"),
+        (lambda: posenc.SCHEMES["sinusoidal"].build(8, "64"), "head_dim"),
+        (lambda: posenc.SCHEMES["rope"].build(8, 63), "head_dim"),
+        (lambda: posenc.SCHEMES["t5"].build(8, 64, max_len="8"), "max_len"),
+        (lambda: posenc.SCHEMES["none"].build(0, 64), "num_heads"),
+        (lambda: posenc.rope_from_transformers({}, head_dim=63), "head_dim"),
+    ],
+)
+def test_errors_name_what_the_caller_wrote(call, name):
+    with pytest.raises((TypeError, ValueError), match=rf"^{name} must be"):
+        call()
+
+
+@pytest.mark.parametrize("name", sorted(posenc.SCHEMES))
+@pytest.mark.parametrize(
+    "args, kwargs, names",
+    [((0, 64), {}, "num_heads"), ((4, 0), {}, "head_dim"), ((4, 64), {"max_len": 0}, "max_len"),
+     ((4, 64), {"causal": "yes"}, "causal")],
+)  # fmt: skip
+def test_every_scheme_build_names_its_own_arguments(name, args, kwargs, names):
+    with pytest.raises((TypeError, ValueError), match=rf"^{names} must be"):
+        posenc.SCHEMES[name].build(*args, **kwargs)

@@ -229,11 +229,25 @@ def test_positions_up_to_the_limit_stay_finite(dtype):
     xpos = posenc.XPos(16, scale_base=32.0, centre=1000)
     limit = xpos.position_limit(dtype)
     g = torch.Generator().manual_seed(6)
-    q = torch.randn(1, 2, 2, 16, generator=g).to(dtype)
+    # entries of size 1-2: at the limit the factors, between tiny and 1 / tiny, keep every
+    # scaled entry normal (float16: 1 / tiny = 16384, and 2 * 16384 < 65504)
+    size = 1 + torch.rand(1, 2, 2, 16, generator=g)
+    q = (size * torch.randn(1, 2, 2, 16, generator=g).sign()).to(dtype)
     pos = torch.tensor([1000 - limit, 1000 + limit])
     qr, kr = rotate(xpos, q, q, pos, pos)
     assert torch.isfinite(qr).all() and torch.isfinite(kr).all()
     assert qr.dtype == kr.dtype == dtype
+
+
+def test_float16_entries_the_factor_would_push_below_normal_are_refused():
+    # at the limit a query entry of 0.01 times a factor near float16's tiny is subnormal:
+    # its score term would lose its precision, so posenc says so instead
+    xpos = posenc.XPos(16, scale_base=32.0, centre=1000)
+    limit = xpos.position_limit(torch.float16)
+    q = torch.full((1, 2, 2, 16), 0.01, dtype=torch.float16)
+    pos = torch.tensor([1000 - limit, 1000 + limit])
+    with pytest.raises(ValueError, match=r"xPos scales [qk] outside the normal range of torch"):
+        rotate(xpos, q, q, pos, pos)
 
 
 def test_positions_beyond_the_limit_raise_naming_it():
