@@ -286,6 +286,30 @@ def test_stored_discovery_results_belong_to_the_current_preset():
     assert len(ext) == 5 * len(schemes) * len(PRESETS["full"].eval_factors)
 
 
+def test_stored_confirmation_results_of_the_full_preset():
+    """Seeds 5-14, the current preset: 5-9 every experiment and scheme, 10-14 the
+    experiments of the stated claims for the eight schemes they are about; every stated
+    proposition of the preset has a verdict, and every interval lies in its range."""
+    from posenc.lab.experiments import PRESET_EXPERIMENTS
+
+    stored = load_results("full", split="confirmation")
+    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(PRESETS["full"], seed=5)
+    assert stored["seeds"] == list(range(5, 15))
+    assert set(stored["results"]) == set(PRESET_EXPERIMENTS["full"])
+    for name, rows in stored["results"].items():
+        assert {r["seed"] for r in rows} >= set(range(5, 10)), name
+    assert {r["scheme"] for r in stored["results"]["extrapolation"] if r["seed"] >= 10} == set(
+        lab.propositions.RECALL_STATED_SCHEMES
+    )
+    verdicts = {v["name"]: v for v in lab.check(stored)}
+    for p in lab.PROPOSITIONS:
+        if p.stated and p.preset == "full":
+            assert verdicts[p.name]["verdict"] != "no rows", p.name
+    for v in verdicts.values():
+        if v["kind"] == "rate" and v["verdict"] != "no rows":
+            assert 0 <= v["lo"] < v["hi"] <= 1, v["name"]
+
+
 def test_the_discovery_recall_results_are_the_older_measure():
     """The recall discovery runs (seeds 0-4) scored pairs 18 to 54 tokens back, 3000 steps
     (RoPE, xPos, Kerple also 9000): a measure the band propositions do not read."""
