@@ -163,16 +163,6 @@ __all__ = [
     "mrope_cos_sin",
 ]
 
-# Names that lived in posenc.scheme before issue 20 split it (contract / attend / sdpa /
-# masks) stay importable from there; attached here, since scheme.py cannot import attend
-# (attend imports scheme)
-for _name in (
-    "attention", "attention_weights", "causal_mask", "dot_scores", "merge_masks", "repeat_kv",
-    "scaled_dot_product", "softmax_weights",
-):  # fmt: skip
-    setattr(globals()["scheme"], _name, globals()[_name])
-del _name
-
 # A scheme added to the registry is exported even before its module is imported above
 # (tests/test_public_api.py then asks for its names in __all__ and the reference).
 for _module in _registry.modules():

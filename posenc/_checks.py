@@ -283,7 +283,8 @@ def warn_caller(message: str, category: type[Warning]) -> None:
     import warnings
 
     package = os.path.dirname(os.path.abspath(__file__))
-    level, frame = 1, sys._getframe(1)
+    # stacklevel 1 is this function, 2 its caller (frame 1), ...
+    level, frame = 2, sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, category, stacklevel=level)

@@ -179,7 +179,7 @@ class ALiBi(PositionalScheme):
 
         Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
         """
-        ctx = as_context(q, k, ctx, *legacy)
+        ctx = as_context(q, k, ctx, *legacy, hook=f"{type(self).__name__}.bias")
         check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
         return _bias_from_positions(self.slopes, ctx.q_positions, ctx.k_positions, q.dtype)
 

@@ -22,6 +22,7 @@ from ._checks import (
     check_mask,
     check_offset,
     check_position_values,
+    warn_caller,
 )
 from .masks import as_4d, combine
 
@@ -120,15 +121,42 @@ class CallContext(NamedTuple):
         )
 
 
-def as_context(q, k, ctx, *legacy) -> CallContext:
+def as_context(
+    q: torch.Tensor, k: torch.Tensor, ctx: object, *legacy: object, hook: str = "the hook"
+) -> CallContext:
     """``ctx``, or a context built from a hook's old positional arguments.
 
     Hooks used to take ``(q, k, q_positions, k_positions[, scale])``; the
     built-in schemes still accept that form when called directly, e.g.
-    ``rope.rotate(q, k, q_pos, k_pos)``.
+    ``rope.rotate(q, k, q_pos, k_pos)``, and warn (:class:`DeprecationWarning`,
+    naming ``hook``; not while ``torch.compile`` traces the call, which cannot
+    inspect the caller's frame): the old form goes in 0.2.0.
+
+    Parameters
+    ----------
+    q, k
+        The hook's query and key tensors.
+    ctx
+        A :class:`CallContext`, or the old form's ``q_positions``.
+    *legacy
+        The old form's remaining arguments: ``k_positions`` and ``scale``.
+    hook
+        The hook as the caller wrote it (``"RotaryEmbedding.rotate"``), for the warning.
+
+    Returns
+    -------
+    CallContext
+        ``ctx`` itself, or one built with :meth:`CallContext.of`.
     """
     if isinstance(ctx, CallContext) and not legacy:
         return ctx
+    if not torch.compiler.is_compiling():
+        warn_caller(
+            f"{hook}(q, k, q_positions, k_positions, ...) is deprecated and will be removed "
+            f"in posenc 0.2.0: pass a posenc.CallContext, {hook}(q, k, posenc.CallContext.of("
+            f"q, k, q_positions=..., k_positions=...))",
+            DeprecationWarning,
+        )
     k_positions = legacy[0] if legacy else None
     scale = legacy[1] if len(legacy) > 1 else None
     return CallContext.of(q, k, q_positions=ctx, k_positions=k_positions, scale=scale)

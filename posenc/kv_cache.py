@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import as_positions, check_floating, check_int
+from ._checks import as_positions, check_floating, check_int, warn_caller
 from .attend import run
 from .context import CallContext, prepare
 from .scheme import PositionalScheme, as_scheme
@@ -47,13 +47,15 @@ class KVCache:
         Any :class:`posenc.PositionalScheme` (its ``rotate`` hook transforms new
         queries and keys; :meth:`attention` applies the rest of it), or ``None``
         for no positional information.  Passed as the first argument, as
-        ``KVCache(rope)`` always was; ``rope=`` is an alias.
+        ``KVCache(rope)`` always was.
     capacity
         Initial number of token slots.  Storage grows by doubling when an
         update does not fit, so appending costs amortised O(1) copies per token.
         When the new keys or values need gradients, tokens are appended out of
         place instead (O(length) per step), so that backpropagating through
         every step of a decode works.
+    rope
+        Deprecated alias of ``encoding`` (warns; removed in 0.2.0).
 
     Examples
     --------
@@ -72,6 +74,11 @@ class KVCache:
         rope: PositionalScheme | None = None,
     ):
         if rope is not None:
+            warn_caller(
+                "KVCache(rope=...) is deprecated and will be removed in posenc 0.2.0: "
+                "use KVCache(encoding=...), or pass the scheme first: KVCache(scheme)",
+                DeprecationWarning,
+            )
             if encoding is not None:
                 raise ValueError("pass the scheme once: encoding or its alias rope, not both")
             encoding = rope
@@ -85,7 +92,11 @@ class KVCache:
 
     @property
     def rope(self) -> PositionalScheme | None:
-        """Alias of :attr:`encoding` (the cache took only RoPE before issue 20)."""
+        """Deprecated alias of ``encoding`` (warns; removed in 0.2.0)."""
+        warn_caller(
+            "KVCache.rope is deprecated and will be removed in posenc 0.2.0: use KVCache.encoding",
+            DeprecationWarning,
+        )
         return self.encoding
 
     def reset(self) -> None:

@@ -383,7 +383,7 @@ class RotaryEmbedding(PositionalScheme):
         """
         q = check_floating("q", q, min_dim=2)
         k = check_floating("k", k, min_dim=2)
-        ctx = as_context(q, k, ctx, *legacy)
+        ctx = as_context(q, k, ctx, *legacy, hook=f"{type(self).__name__}.rotate")
         q_positions, k_positions = ctx.q_positions, ctx.k_positions
         for name, t in (("q", q), ("k", k)):
             if t.shape[-1] != self.dim:

@@ -57,14 +57,15 @@ tests and the book's tables) is declared as class attributes, see
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import torch
 from torch import nn
 
-from ._checks import check_build_args
+from ._checks import check_build_args, warn_caller
 from .context import CallContext, prepare
-from .sdpa import dot_scores, scaled_dot_product, softmax_weights
+from . import sdpa as _sdpa
 
 __all__ = ["NoPE", "PositionalScheme"]
 
@@ -156,7 +157,7 @@ class PositionalScheme(nn.Module):
         The default adds :meth:`bias` to the scores through
         :func:`posenc.scaled_dot_product` (PyTorch's SDPA with the shared masks).
         """
-        return scaled_dot_product(
+        return _sdpa.scaled_dot_product(
             q, k, v, mask=ctx.mask, bias=self.bias(q, k, ctx), causal=ctx.causal,
             q_offset=ctx.q_offset, scale=ctx.scale,
         )  # fmt: skip
@@ -167,8 +168,8 @@ class PositionalScheme(nn.Module):
         The default computes the same logits explicitly (``ctx.scale * q @ k.T``
         plus :meth:`bias`) and normalises them with :func:`posenc.softmax_weights`.
         """
-        logits = dot_scores(q, k, ctx.scale)
-        w = softmax_weights(
+        logits = _sdpa.dot_scores(q, k, ctx.scale)
+        w = _sdpa.softmax_weights(
             logits, mask=ctx.mask, bias=self.bias(q, k, ctx), causal=ctx.causal,
             q_offset=ctx.q_offset,
         )  # fmt: skip
@@ -290,6 +291,34 @@ def as_scheme(encoding) -> PositionalScheme:
             f"encoding must be a posenc PositionalScheme or None, got {type(encoding).__name__}"
         )
     return encoding
+
+
+# Names that lived here before issue 20 split this module (contract / attend / sdpa /
+# masks): still reachable as ``posenc.scheme.attention`` for one release, with a warning.
+# Looked up by module name when asked for: attend imports this module, so importing it
+# here would make a cycle.
+_MOVED = {
+    "attention": "attend",
+    "attention_weights": "attend",
+    "causal_mask": "masks",
+    "merge_masks": "masks",
+    "scaled_dot_product": "sdpa",
+    "softmax_weights": "sdpa",
+    "dot_scores": "sdpa",
+    "repeat_kv": "sdpa",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warn_caller(
+        f"posenc.scheme.{name} is deprecated and will be removed in posenc 0.2.0: use "
+        f"posenc.{name} (defined in posenc.{home})",
+        DeprecationWarning,
+    )
+    return getattr(importlib.import_module(f"posenc.{home}"), name)
 
 
 def _owner(cls, name: str) -> type:

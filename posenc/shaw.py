@@ -175,7 +175,7 @@ class ShawRelativeAttention(PositionalScheme):
 
     def bias(self, q, k, ctx, *legacy):
         """``scale * q_i . a^K_ij`` ``(batch, heads, q_len, k_len)``; or the old 5-argument form."""
-        ctx = as_context(q, k, ctx, *legacy)
+        ctx = as_context(q, k, ctx, *legacy, hook=f"{type(self).__name__}.bias")
         self._check(q)
         return ctx.scale * self._key_term(q, ctx.q_positions, ctx.k_positions)[0]
 

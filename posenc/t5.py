@@ -284,7 +284,7 @@ class T5RelativeBias(PositionalScheme):
         Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
         """
         check_tensor("q", q)
-        ctx = as_context(q, k, ctx, *legacy)
+        ctx = as_context(q, k, ctx, *legacy, hook=f"{type(self).__name__}.bias")
         check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
         return self.bias_from_positions(ctx.q_positions, ctx.k_positions)
 

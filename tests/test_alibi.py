@@ -247,7 +247,8 @@ def test_per_sample_positions_bias_by_loops():
     q = torch.randn(2, heads, 2, 4, dtype=torch.float64)
     q_pos = torch.tensor([[3, 4], [0, 9]])
     k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
-    bias = posenc.ALiBi(heads).bias(q, q, q_pos, k_pos, 1.0)
+    ctx = posenc.CallContext.of(q, q, q_positions=q_pos, k_positions=k_pos, scale=1.0)
+    bias = posenc.ALiBi(heads).bias(q, q, ctx)
     slopes = reference_slopes(heads)
     assert bias.shape == (2, heads, 2, 5)
     for b in range(2):
@@ -276,3 +277,11 @@ def test_errors_and_repr_name_a_subclass():
     with pytest.raises(ValueError, match=r"Steeper\(4\) needs q of shape"):
         posenc.attention(q, q, q, encoding=Steeper(4))
     assert repr(Steeper(4)) == "Steeper(num_heads=4)"
+
+
+def test_the_old_positional_bias_form_warns_and_still_works():
+    q, pos = torch.randn(1, 2, 3, 4), torch.arange(3)
+    alibi = posenc.ALiBi(2)
+    with pytest.warns(DeprecationWarning, match=r"ALiBi\.bias\(q, k, q_positions.*CallContext"):
+        old = alibi.bias(q, q, pos, pos, 1.0)
+    assert torch.equal(old, alibi.bias(q, q, posenc.CallContext.of(q, q, scale=1.0)))

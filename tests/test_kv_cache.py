@@ -39,7 +39,7 @@ def test_step_by_step_decoding_equals_the_full_causal_pass(kv_heads, layout):
     k = torch.randn(B, kv_heads, T, d, dtype=torch.float64)
     v = torch.randn(B, kv_heads, T, 5, dtype=torch.float64)
     rope = posenc.RotaryEmbedding(d, layout=layout, rotary_dim=6)
-    qr, kr = rope.rotate(q, k, torch.arange(T), torch.arange(T))
+    qr, kr = rope.rotate(q, k, posenc.CallContext.of(q, k))
     want = full_pass_reference(qr, kr, v)
     # prompt of 5, two single steps, a chunk of 3, then single steps; capacity 2 forces growth
     cache = posenc.KVCache(rope, capacity=2)
@@ -79,10 +79,8 @@ def test_left_padded_batch_with_per_item_positions():
     assert torch.equal(cache.positions, positions)
     # independent reference: each item alone, without padding, at positions 0 .. n-1
     for b, start in ((0, pad), (1, 0)):
-        n = T - start
-        qr, kr = rope.rotate(
-            q[b : b + 1, :, start:], k[b : b + 1, :, start:], *[torch.arange(n)] * 2
-        )
+        qb, kb = q[b : b + 1, :, start:], k[b : b + 1, :, start:]
+        qr, kr = rope.rotate(qb, kb, posenc.CallContext.of(qb, kb))
         want = full_pass_reference(qr, kr, v[b : b + 1, :, start:])
         assert (got[b : b + 1, :, start:] - want).abs().max().item() < 1e-12
 
@@ -161,7 +159,8 @@ def test_bad_input():
     with pytest.raises(TypeError, match="encoding must be a posenc.PositionalScheme"):
         posenc.KVCache(rope.inv_freq)
     with pytest.raises(ValueError, match="encoding or its alias rope"):
-        posenc.KVCache(rope, rope=rope)
+        with pytest.warns(DeprecationWarning):
+            posenc.KVCache(rope, rope=rope)
     with pytest.raises(ValueError, match="capacity"):
         posenc.KVCache(rope, capacity=0)
     with pytest.raises(ValueError, match="4-D"):
@@ -333,3 +332,12 @@ def test_meta_tensors():
     assert q.shape == (2, 4, 3, 8) and k.shape == (2, 2, 3, 8) and v.device.type == "meta"
     _, k, _ = cache.update(meta(2, 4, 1, 8), meta(2, 2, 1, 8), meta(2, 2, 1, 5))
     assert k.shape == (2, 2, 4, 8) and cache.positions.device.type == "meta"
+
+
+def test_the_rope_alias_warns_and_names_encoding():
+    rope = posenc.RotaryEmbedding(8)
+    with pytest.warns(DeprecationWarning, match=r"KVCache\(rope=\.\.\.\) is deprecated.*encoding="):
+        cache = posenc.KVCache(rope=rope)
+    assert cache.encoding is rope
+    with pytest.warns(DeprecationWarning, match=r"KVCache\.rope is deprecated.*KVCache\.encoding"):
+        assert cache.rope is rope

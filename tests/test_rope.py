@@ -12,6 +12,13 @@ import posenc
 import posenc._rope_kernels as kernels_module
 import posenc.rope as rope_module
 
+
+def rotate(m, q, k, q_positions, k_positions):
+    """The scheme hook ``m.rotate`` at the given positions (its context built as a caller would)."""
+    ctx = posenc.CallContext.of(q, k, q_positions=q_positions, k_positions=k_positions)
+    return m.rotate(q, k, ctx)
+
+
 # ---------------------------------------------------------------- independent references
 
 
@@ -355,7 +362,7 @@ def test_attention_scores_depend_on_relative_position_only():
     m = posenc.RotaryEmbedding(8)
     q = torch.randn(1, 8, dtype=torch.float64).expand(5, 8)
     k = torch.randn(1, 8, dtype=torch.float64).expand(5, 8)
-    qr, kr = m.rotate(q, k, torch.arange(5) + 100, torch.arange(5) + 100)
+    qr, kr = rotate(m, q, k, torch.arange(5) + 100, torch.arange(5) + 100)
     s = qr @ kr.T  # s[i, j] depends on j - i only
     for d in range(-4, 5):
         diag = torch.diagonal(s, d)
@@ -434,7 +441,7 @@ def rotate_by(how, x, positions, layout):
     m = posenc.RotaryEmbedding(x.shape[-1], layout=layout, rotary_dim=6)
     if how == "module":
         return m(x, positions)
-    q, k = m.rotate(x, x[:, :1], positions, positions)  # "rotate": also one key head (MQA)
+    q, k = rotate(m, x, x[:, :1], positions, positions)  # "rotate": also one key head (MQA)
     assert (k - q[:, :1]).abs().max() == 0
     return q
 
@@ -491,7 +498,7 @@ def test_ambiguous_or_oversized_positions_are_refused():
         posenc.apply_rope(torch.randn(5, 8), torch.zeros(2, 5, dtype=torch.long))
     m = posenc.RotaryEmbedding(8)
     with pytest.raises(ValueError, match="k_positions"):
-        m.rotate(x, x, torch.arange(5), torch.zeros(3, 5, dtype=torch.long))
+        rotate(m, x, x, torch.arange(5), torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="positions"):
         m(x, torch.zeros(3, 5, dtype=torch.long))
 
@@ -529,7 +536,7 @@ def test_compile_rotary_embedding_as_a_scheme():
     qp, kp = torch.tensor([[6, 7, 8], [4, 5, 6]]), torch.arange(9)
 
     got = compiled(rope.rotate)(q, k, qp, kp)
-    want = rope.rotate(q, k, qp, kp)
+    want = rotate(rope, q, k, qp, kp)
     for a, b in zip(got, want, strict=True):
         assert (a - b).abs().max().item() < 1e-5
     plain = posenc.RotaryEmbedding(8)
@@ -548,7 +555,7 @@ def test_export_apply_rope_and_rotary_embedding():
             self.rope = posenc.RotaryEmbedding(8, scaling=posenc.RopeScaling.dynamic_ntk(2.0, 4))
 
         def forward(self, q, k, qp, kp):
-            q, k = self.rope.rotate(q, k, qp, kp)
+            q, k = rotate(self.rope, q, k, qp, kp)
             return q, k, posenc.apply_rope(q, qp, layout="half")
 
     layer = Layer()
@@ -604,7 +611,7 @@ def test_meta_tensors(dtype):
         y = posenc.apply_rope(x, p, layout=layout, rotary_dim=6)
         assert y.shape == x.shape and y.device.type == "meta" and y.dtype == dtype
     m = posenc.RotaryEmbedding(8, scaling=posenc.RopeScaling.yarn(4.0, 16))
-    q, k = m.rotate(x, x[:, :2], p, torch.arange(5, device="meta"))
+    q, k = rotate(m, x, x[:, :2], p, torch.arange(5, device="meta"))
     assert q.shape == x.shape and k.shape == (2, 2, 5, 8) and k.device.type == "meta"
     assert m(x).device.type == "meta"
 
@@ -634,7 +641,7 @@ def test_one_step_at_three_million_computes_only_its_own_angles(monkeypatch):
     q, k = torch.randn(1, 8, 1, 128, dtype=torch.float64), torch.randn(1, 2, 1, 128)
     pos = torch.tensor([3_000_000])
     counts.clear()
-    qr, _ = m.rotate(q, k.double(), pos, pos)
+    qr, _ = rotate(m, q, k.double(), pos, pos)
     assert sum(counts) <= 2 * 64  # one position for q, one for k: not 3e6 rows
     assert m._cache[0].shape[0] == 2048  # the table did not grow to the position
     assert (qr - reference(q, [3_000_000], layout="half")).abs().max().item() < 1e-8
@@ -650,14 +657,14 @@ def test_decoding_grows_the_table_by_doubling(monkeypatch):
     q = torch.randn(1, 1, 1, 8, dtype=torch.float64)
     for p in range(300):  # rotate-once decoding: one new position per step
         pos = torch.tensor([p])
-        qr, _ = m.rotate(q, q, pos, pos)
+        qr, _ = rotate(m, q, q, pos, pos)
     assert (qr - reference(q, [299])).abs().max().item() < 1e-12
     rows = [c // 4 for c in counts if c > 8]  # table builds (other calls gather)
     assert rows == [16, 32, 64, 128, 256, 512]
     # re-rotating the whole cache each step grows it the same way
     m = posenc.RotaryEmbedding(8, max_positions=16)
     for n in (20, 21, 40, 100):
-        m.rotate(q, torch.randn(1, 1, n, 8), torch.tensor([n - 1]), torch.arange(n))
+        rotate(m, q, torch.randn(1, 1, n, 8), torch.tensor([n - 1]), torch.arange(n))
     assert m._cache[0].shape[0] == 100  # 20, then 2 * 20 = 40, then 100 (past 2 * 40)
 
 
@@ -683,7 +690,7 @@ def test_positions_beyond_two_to_the_31_raise(p):
     with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
         posenc.RotaryEmbedding(8)(x, pos)
     with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
-        posenc.RotaryEmbedding(8, scaling=dyn).rotate(x, x, pos, torch.arange(2))
+        rotate(posenc.RotaryEmbedding(8, scaling=dyn), x, x, pos, torch.arange(2))
     if p > 0:
         with pytest.raises(ValueError, match="positions must lie strictly within 2\\*\\*31"):
             posenc.rope_cos_sin(range(p - 1, p + 1), 8)
@@ -754,8 +761,8 @@ def test_compiled_pair_rotates_queries_and_keys_like_eager():
     fused = posenc.RotaryEmbedding(16, layout="half", compiled=True)
     eager = posenc.RotaryEmbedding(16, layout="half")
     with torch.no_grad():
-        got = fused.rotate(q, k, qp, kp)
-        want = eager.rotate(q, k, qp, kp)
+        got = rotate(fused, q, k, qp, kp)
+        want = rotate(eager, q, k, qp, kp)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-6)
     assert "compiled=True" in repr(fused)
@@ -763,5 +770,16 @@ def test_compiled_pair_rotates_queries_and_keys_like_eager():
         posenc.apply_rope(q, compiled=1)
     # with gradients the eager path runs (no compile), and gradients flow
     q.requires_grad_(True)
-    fused.rotate(q, k, qp, kp)[0].sum().backward()
+    rotate(fused, q, k, qp, kp)[0].sum().backward()
     assert q.grad is not None
+
+
+def test_the_old_positional_rotate_form_warns_and_still_works():
+    m = posenc.RotaryEmbedding(8)
+    q, k, pos = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.arange(5) + 3
+    with pytest.warns(DeprecationWarning, match=r"RotaryEmbedding\.rotate\(q, k, q_positions") as w:
+        old = m.rotate(q, k, pos, pos)
+    assert "posenc.CallContext" in str(w[0].message) and "0.2.0" in str(w[0].message)
+    assert w[0].filename == __file__  # attributed to the caller's line, not to posenc
+    new = rotate(m, q, k, pos, pos)
+    assert torch.equal(old[0], new[0]) and torch.equal(old[1], new[1])

@@ -571,3 +571,41 @@ def test_second_derivatives_in_float32_under_the_math_kernel():
         (g,) = torch.autograd.grad(out.pow(2).sum(), q, create_graph=True)
         (h,) = torch.autograd.grad(g.sum(), q)
     assert torch.isfinite(h).all() and h.abs().max() > 0
+
+
+MOVED = {
+    "attention": "attend",
+    "attention_weights": "attend",
+    "causal_mask": "masks",
+    "merge_masks": "masks",
+    "scaled_dot_product": "sdpa",
+    "softmax_weights": "sdpa",
+    "dot_scores": "sdpa",
+    "repeat_kv": "sdpa",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_names_moved_out_of_posenc_scheme_warn_and_are_the_new_ones(name):
+    import posenc.scheme
+
+    with pytest.warns(
+        DeprecationWarning, match=rf"posenc\.scheme\.{name} is deprecated.*posenc\.{name}"
+    ):
+        old = getattr(posenc.scheme, name)
+    assert old is getattr(posenc, name)
+    assert old is getattr(importlib.import_module(f"posenc.{MOVED[name]}"), name)
+
+
+def test_from_import_of_a_moved_name_warns_at_the_import():
+    with pytest.warns(DeprecationWarning, match="posenc.scheme.attention") as w:
+        from posenc.scheme import attention
+    assert attention is posenc.attention
+    assert w[0].filename == __file__
+
+
+def test_posenc_scheme_has_no_other_attributes():
+    import posenc.scheme
+
+    with pytest.raises(AttributeError, match="has no attribute 'attend'"):
+        posenc.scheme.attend  # noqa: B018

@@ -216,7 +216,8 @@ def test_per_sample_positions_key_term_by_loops():
     q = torch.randn(2, 3, 2, 4, dtype=torch.float64)
     q_pos = torch.tensor([[3, 4], [0, 9]])
     k_pos = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 5, 9]])
-    bias = m.bias(q, q, q_pos, k_pos, 0.5).detach()
+    ctx = posenc.CallContext.of(q, q, q_positions=q_pos, k_positions=k_pos, scale=0.5)
+    bias = m.bias(q, q, ctx).detach()
     a_k = m.key_embeddings.detach()
     assert bias.shape == (2, 3, 2, 5)
     for b in range(2):
@@ -228,3 +229,11 @@ def test_per_sample_positions_key_term_by_loops():
                         float(x) * float(y) for x, y in zip(q[b, h, i], a_k[label], strict=True)
                     )
                     assert float(bias[b, h, i, j]) == pytest.approx(want, abs=1e-12)
+
+
+def test_the_old_positional_bias_form_warns_and_still_works():
+    m = make(head_dim=4, max_distance=2)
+    q, pos = torch.randn(1, 3, 3, 4), torch.arange(3)
+    with pytest.warns(DeprecationWarning, match=r"ShawRelativeAttention\.bias\(q, k, q_pos"):
+        old = m.bias(q, q, pos, pos, 0.5)
+    assert torch.equal(old, m.bias(q, q, posenc.CallContext.of(q, q, scale=0.5)))

@@ -249,3 +249,11 @@ def test_per_sample_positions_bias_by_loops():
                 bucket = int(posenc.t5_relative_bucket([rel], num_buckets=8, max_distance=20)[0])
                 for h in range(3):
                     assert float(bias[b, h, i, j]) == float(m.weight[bucket, h].detach())
+
+
+def test_the_old_positional_bias_form_warns_and_still_works():
+    q, pos = torch.randn(1, 2, 3, 4), torch.arange(3)
+    t5 = posenc.T5RelativeBias(2)
+    with pytest.warns(DeprecationWarning, match=r"T5RelativeBias\.bias\(q, k, q_positions"):
+        old = t5.bias(q, q, pos, pos, 1.0)
+    assert torch.equal(old, t5.bias(q, q, posenc.CallContext.of(q, q, scale=1.0)))

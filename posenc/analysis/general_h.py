@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from .._checks import check_even, check_float, check_floating, check_int
-from ..scheme import attention
+from ..attend import attention
 from ..sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 
 __all__ = [

@@ -21,7 +21,7 @@ import torch
 from torch.func import grad, jacrev
 
 from .._checks import check_float, check_float_dtype, check_floating, check_int
-from ..scheme import attention
+from ..attend import attention
 
 __all__ = [
     "AttentionReadout",
