@@ -38,13 +38,27 @@ def _band(ax, rows, x, y, label=None, **kw):
 
 
 def _seeds(rows):
-    return len({r.get("seed") for r in rows})
+    """How many seeds the rows hold, per scheme: ``"5"``, or ``"5-10"`` when schemes differ."""
+    per: dict = {}
+    for r in rows:
+        per.setdefault(r.get("scheme", "").split(":")[0], set()).add(r.get("seed"))
+    counts = sorted({len(v) for v in per.values()}) or [0]
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
+def _many(ax, count):
+    """Distinct colours for up to 20 lines (the default cycle repeats after 10)."""
+    if count > 10:
+        import matplotlib
+
+        ax.set_prop_cycle(color=matplotlib.colormaps["tab20"].colors)
 
 
 def training(results):
     plt = _plt()
     rows = summarize(results["training"])
     fig, ax = plt.subplots(figsize=(7, 4))
+    _many(ax, len({r["scheme"] for r in rows}))
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
         _band(ax, _pick(rows, scheme=scheme), "step", "loss", label=scheme, lw=1.2)
     ax.axhline(rows[0]["floor"], color="k", ls="--", label="entropy floor")
@@ -63,6 +77,7 @@ def extrapolation(results):
     rows = summarize(results["extrapolation"])
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    _many(ax, len(schemes))
     for i, scheme in enumerate(schemes):
         rs = _pick(rows, scheme=scheme)
         shift = 2 ** ((i - len(schemes) / 2) * 0.02)  # spread the error bars sideways
@@ -259,6 +274,7 @@ def positions(results):
     schemes = list(dict.fromkeys(r["scheme"] for r in rows))
     fig, axes = _grid(plt, len(factors), 3, 11, 3.2, sharey=True)
     for ax, f in zip(axes.flat, factors, strict=False):
+        _many(ax, len(schemes))
         for scheme in schemes:
             _band(ax, _pick(rows, scheme=scheme, factor=f), "start", "loss", label=scheme, lw=1.2)
         rs = _pick(rows, scheme=schemes[0], factor=f)
@@ -284,6 +300,7 @@ def sliding(results):
     raw = results["sliding"]
     rows = _above_floor(raw)
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    _many(ax, len({r["scheme"] for r in rows}))
     colours = {}
     for scheme in dict.fromkeys(r["scheme"] for r in rows):
         for window, ls in (("nonoverlapping", "-"), ("sliding", "--")):
@@ -534,10 +551,10 @@ def needle_grid(results):
                 learned[r["scheme"]].add(r["seed"])
     if learned:
         raw = [r for r in raw if r["seed"] in learned.get(r["scheme"], ())]
-    rows = _summary(raw, "depth")
+    rows = _summary(raw, "depth") if raw else []
     schemes = list(dict.fromkeys(r["scheme"] for r in results["needle_grid"]))
-    depths = sorted({r["depth"] for r in rows})
-    factors = sorted({r["factor"] for r in rows})
+    depths = sorted({r["depth"] for r in results["needle_grid"]})
+    factors = sorted({r["factor"] for r in results["needle_grid"]})
     fig, axes = _grid(plt, len(schemes), 3, 3.4 * min(3, len(schemes)) + 1, 3.2)
     for ax, scheme in zip(axes.flat, schemes, strict=False):
         grid = [[float("nan")] * len(factors) for _ in depths]  # NaN: blank cell
