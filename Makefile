@@ -32,6 +32,13 @@ lint: env
 	$(BIN)/ruff check posenc tests benchmarks book
 	$(BIN)/ruff format --check posenc tests benchmarks book/_ext
 
+.PHONY: doctest
+
+# The Examples sections of the docstrings, run as tests (option flags in pyproject.toml):
+# an example whose printed output changes fails `make test`.
+doctest: env
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --doctest-modules posenc
+
 # Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
 # run, split by file so that each notebook keeps one kernel.
 # One thread per worker (and per notebook kernel): $(JOBS) workers already fill the
@@ -57,6 +64,9 @@ browser: book browser-deps
 	$(BIN)/pytest tests/test_browser.py
 
 test: lint unit site browser
+
+# the docstrings' examples run in `make test` too
+test: doctest
 
 # A release's files: the sdist, then the wheel built from it, in _build/dist, and
 # `twine check` on both (metadata, and the README as PyPI renders it).  Built with the

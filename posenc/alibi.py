@@ -162,6 +162,20 @@ class ALiBi(PositionalScheme):
     ----------
     num_heads
         Number of heads; the slopes are :func:`alibi_slopes` ``(num_heads)``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> alibi = posenc.ALiBi(4)
+    >>> alibi.slopes.tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> z = torch.zeros(1, 4, 3, 8, dtype=torch.float64)   # (batch, heads, len, d)
+    >>> alibi.bias(z, z, posenc.CallContext.of(z, z))[0].tolist()   # head 0
+    [[0.0, -0.25, -0.5], [-0.25, 0.0, -0.25], [-0.5, -0.25, 0.0]]
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 2, 4, 6, 8, generator=g, dtype=torch.float64)
+    >>> posenc.attention(q, k, v, encoding=alibi, causal=True).shape
+    torch.Size([2, 4, 6, 8])
     """
 
     quadratic_memory = True

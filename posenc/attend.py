@@ -132,12 +132,35 @@ def attention(
 
     Examples
     --------
-    A left-padded batch of two sequences with RoPE and grouped-query heads::
+    >>> import torch, posenc
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(2, 8, 6, 16, generator=g)          # (batch, heads, q_len, d)
+    >>> k, v = torch.randn(2, 2, 2, 6, 16, generator=g)    # 2 key/value heads (GQA)
+    >>> posenc.attention(q, k, v, encoding=posenc.RotaryEmbedding(16), causal=True).shape
+    torch.Size([2, 8, 6, 16])
 
-        keep = attention_mask.bool()                       # (2, seq), False = padding
-        pos = (keep.long().cumsum(-1) - 1).clamp(min=0)    # position_ids of transformers
-        out = attention(q, k, v, encoding=rope, causal=True,
-                        mask=keep[:, None, None, :], k_positions=pos)
+    Without a scheme it is PyTorch's SDPA (each key head serving a group of four):
+
+    >>> sdpa = torch.nn.functional.scaled_dot_product_attention(
+    ...     q, k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1), is_causal=True)
+    >>> torch.allclose(posenc.attention(q, k, v, causal=True), sdpa, atol=1e-6)
+    True
+
+    A left-padded batch: positions count each sequence's own tokens, and the
+    padding is masked out, so the first sequence gets what it would get alone.
+
+    >>> keep = torch.tensor([[False, False, True, True, True, True],
+    ...                      [True, True, True, True, True, True]])
+    >>> pos = (keep.long().cumsum(-1) - 1).clamp(min=0)  # transformers' position_ids
+    >>> pos.tolist()
+    [[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]]
+    >>> alibi = posenc.ALiBi(8)
+    >>> out = posenc.attention(q, k, v, encoding=alibi, causal=True,
+    ...                        mask=keep[:, None, None, :], k_positions=pos)
+    >>> alone = posenc.attention(q[:1, :, 2:], k[:1, :, 2:], v[:1, :, 2:],
+    ...                          encoding=alibi, causal=True)
+    >>> torch.allclose(out[:1, :, 2:], alone, atol=1e-6)
+    True
     """
     q4, k4, v4, ctx = prepare(
         q, k, v, mask=mask, bias=bias, causal=causal, q_offset=q_offset,

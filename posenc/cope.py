@@ -64,7 +64,7 @@ __all__ = ["CoPE"]
 class CoPE(PositionalScheme):
     """Contextual positions counted by gates, with an interpolated table (Golovneva et al., 2024).
 
-    Parameters (symbols as in the module docstring)
+    Parameters
     ----------
     num_heads
         Number of query heads; each head computes its own gates.  Keys may
@@ -81,6 +81,18 @@ class CoPE(PositionalScheme):
     pos_emb
         The learnable table ``e``, ``(max_positions, head_dim)``, initialised
         to zero as in the released code.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> cope = posenc.CoPE(num_heads=2, head_dim=8, max_positions=16)
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 2, 6, 8, generator=g, dtype=torch.float64)
+    >>> out = posenc.attention(q, k, v, encoding=cope, causal=True)
+    >>> out.shape
+    torch.Size([1, 2, 6, 8])
+    >>> torch.allclose(out, posenc.attention(q, k, v, causal=True))   # the table starts at zero
+    True
     """
 
     quadratic_memory = True

@@ -109,6 +109,18 @@ class DAAttention(PositionalScheme):
     A query that sees no key (every key masked, or, with ``"row_sum"``, no
     positive score) gets zero weights and a zero output, never NaN.
     Half-precision inputs are computed in float32 and rounded once.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> da = posenc.DAAttention(4)          # w = 0: every coefficient is 1
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 4, 6, 8, generator=g, dtype=torch.float64)
+    >>> out = posenc.attention(q, k, v, encoding=da, causal=True)
+    >>> future = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    >>> logits = (q @ k.mT / 8**0.5).relu().masked_fill(future, float("-inf"))
+    >>> torch.allclose(out, torch.softmax(logits, dim=-1) @ v)
+    True
     """
 
     quadratic_memory = True

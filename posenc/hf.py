@@ -3,7 +3,7 @@
 Two readers of the dict that transformers keeps in ``config.rope_scaling``
 (4.x) or ``config.rope_parameters`` (5.x):
 
-* :func:`rope_scaling_from_transformers` (also ``RopeScaling.from_transformers``)
+* :func:`rope_scaling_from_transformers` (also :meth:`RopeScaling.from_transformers`)
   returns the :class:`posenc.RopeScaling` that reproduces one flat dict, or
   ``None`` for plain RoPE;
 * :func:`rope_from_transformers` returns the whole RoPE of a model, ready to
@@ -229,6 +229,15 @@ def rope_scaling_from_transformers(
     Returns
     -------
     RopeScaling or None
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.rope_scaling_from_transformers({"rope_type": "dynamic", "factor": 2.0},
+    ...                                       max_position_embeddings=4096)
+    RopeScaling.dynamic_ntk(factor=2.0, original_max_positions=4096)
+    >>> posenc.rope_scaling_from_transformers({"type": "linear", "factor": 4.0})  # older key
+    RopeScaling.linear(factor=4.0)
     """
     if rope_parameters is None:
         return None
@@ -289,26 +298,6 @@ def rope_scaling_from_transformers(
         )
     config = _Config(name, params, max_position_embeddings, original_max_position_embeddings)
     return ROPE_TYPES[kind].read(config)
-
-
-def _from_transformers(
-    cls,
-    rope_parameters: Mapping | None,
-    *,
-    max_position_embeddings: int | None = None,
-    original_max_position_embeddings: int | None = None,
-) -> RopeScaling | None:
-    """Alias of :func:`posenc.hf.rope_scaling_from_transformers` (same arguments)."""
-    return rope_scaling_from_transformers(
-        rope_parameters,
-        max_position_embeddings=max_position_embeddings,
-        original_max_position_embeddings=original_max_position_embeddings,
-    )
-
-
-# RopeScaling.from_transformers, the name users know, lives here with the parsing: scaling.py
-# stays free of transformers' vocabulary and cannot import this module (it imports scaling)
-RopeScaling.from_transformers = classmethod(_from_transformers)
 
 
 # ---------------------------------------------------------------------- whole RoPE
@@ -392,6 +381,28 @@ def rope_from_transformers(
     ``(batch, heads, seq, head_dim)`` as the model's ``apply_rotary_pos_emb``
     does with its rotary embedding's cos/sin (positions ``(batch, seq)``, or
     ``(3, batch, seq)`` for M-RoPE).
+
+    Examples
+    --------
+    >>> import posenc
+    >>> params = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+    ...           "original_max_position_embeddings": 4096}
+    >>> rope = posenc.rope_from_transformers(params, head_dim=64)
+    >>> type(rope).__name__, rope.base, rope.layout, rope.scaling.kind
+    ('RotaryEmbedding', 10000.0, 'half', 'yarn')
+    >>> posenc.rope_from_transformers({"rope_theta": 1e6, "partial_rotary_factor": 0.5},
+    ...                               head_dim=128).rotary_dim
+    64
+
+    A config nested by layer type (Gemma 3) gives one module per type:
+
+    >>> gemma = posenc.rope_from_transformers(
+    ...     {"sliding_attention": {"rope_theta": 1e4},
+    ...      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+    ...     head_dim=256)
+    >>> {name: (m.base, m.scaling) for name, m in gemma.items()}
+    {'sliding_attention': (10000.0, None),
+     'full_attention': (1000000.0, RopeScaling.linear(factor=8.0))}
     """
     if rope_parameters is None:
         rope_parameters = {}

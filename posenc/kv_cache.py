@@ -59,11 +59,25 @@ class KVCache:
 
     Examples
     --------
-    >>> cache = posenc.KVCache(posenc.ALiBi(8))         # or RoPE, T5, xPos, ...
-    >>> q, k, v = cache.update(q, k, v)                  # prompt: positions 0 .. n-1
-    >>> out = cache.attention(q)                         # (batch, 8, n, d_v), causal
-    >>> q, k, v = cache.update(q1, k1, v1)               # one step: position n
-    >>> out = cache.attention(q)                         # (batch, 8, 1, d_v)
+    >>> import torch, posenc
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(1, 4, 7, 8, generator=g, dtype=torch.float64)
+    >>> k, v = torch.randn(2, 1, 2, 7, 8, generator=g, dtype=torch.float64)
+    >>> alibi = posenc.ALiBi(4)              # or RotaryEmbedding, XPos, T5RelativeBias, ...
+    >>> cache = posenc.KVCache(alibi)
+    >>> q_new, keys, values = cache.update(q[:, :, :5], k[:, :, :5], v[:, :, :5])  # the prompt
+    >>> prompt = cache.attention(q_new)      # (batch, heads, 5, d_v), causal
+    >>> for t in (5, 6):                     # then one token at a time
+    ...     q_new, keys, values = cache.update(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1])
+    ...     step = cache.attention(q_new)
+    >>> cache.length, keys.shape, step.shape
+    (7, torch.Size([1, 2, 7, 8]), torch.Size([1, 4, 1, 8]))
+
+    The rows of the full causal pass:
+
+    >>> full = posenc.attention(q, k, v, encoding=alibi, causal=True)
+    >>> torch.allclose(step, full[:, :, 6:]) and torch.allclose(prompt, full[:, :, :5])
+    True
     """
 
     def __init__(
@@ -149,13 +163,15 @@ class KVCache:
 
         Returns
         -------
-        ``(q_rot, keys, values)``: the transformed queries ``(batch, heads, n,
-        d)`` (the scheme's ``rotate``) and every cached key and value,
-        ``(batch, kv_heads, length, d)`` and ``(batch, kv_heads, length, d_v)``
-        with ``length`` including the new tokens (the last ``n``).  ``keys``
-        and ``values`` are views of the cache's storage; later updates never
-        change what they show.  Attend with :meth:`attention` ``(q_rot)``,
-        adding a mask for padded keys where there are any.
+        tuple of Tensor
+            ``(q_rot, keys, values)``: the transformed queries ``(batch, heads,
+            n, d)`` (the scheme's ``rotate``) and every cached key and value,
+            ``(batch, kv_heads, length, d)`` and ``(batch, kv_heads, length,
+            d_v)`` with ``length`` including the new tokens (the last ``n``).
+            ``keys`` and ``values`` are views of the cache's storage; later
+            updates never change what they show.  Attend with
+            :meth:`attention` ``(q_rot)``, adding a mask for padded keys where
+            there are any.
         """
         q, k, v = self._check(q, k, v)
         batch, n = k.shape[0], k.shape[-2]

@@ -57,6 +57,20 @@ class LearnedEmbedding(nn.Module):
     In :data:`posenc.SCHEMES` it is ``"learned"``, a scheme that acts on the
     input (``acts_on = "input"``): a model adds :meth:`encode` ``(positions)``
     to its token embeddings.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> _ = torch.manual_seed(0)
+    >>> table = posenc.LearnedEmbedding(max_positions=16, dim=8)
+    >>> table(4).shape                          # rows 0 .. 3
+    torch.Size([4, 8])
+    >>> torch.equal(table(torch.tensor([[2, 3]])), table.weight[None, 2:4])
+    True
+    >>> table(torch.tensor([16]))
+    Traceback (most recent call last):
+    ...
+    ValueError: position 16 is past the learned table: max_positions=16 allows positions 0..15; ...
     """
 
     # registry metadata (posenc.SCHEMES): a table added to the input embeddings

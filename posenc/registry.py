@@ -71,6 +71,19 @@ def scheme_table(num_heads: int = 8, head_dim: int = 64) -> list[dict]:
     tensor beside the scores), ``parameters`` (learnable parameters of
     ``build(num_heads, head_dim)``), ``shared_across_layers`` and
     ``reference`` (a ``references.bib`` key).
+
+    Examples
+    --------
+    >>> import posenc
+    >>> rows = {r["name"]: r for r in posenc.scheme_table(num_heads=8, head_dim=64)}
+    >>> [name for name, r in rows.items() if r["acts_on"] == "input"]
+    ['sinusoidal', 'learned']
+    >>> rows["alibi"]["hooks"], rows["alibi"]["fused"], rows["alibi"]["parameters"]
+    (('score_mod', 'bias'), True, 0)
+    >>> rows["t5"]["parameters"], rows["t5"]["shared_across_layers"]   # 32 buckets x 8 heads
+    (256, True)
+    >>> sorted(name for name, r in rows.items() if not r["quadratic_memory"])
+    ['learned', 'none', 'rope', 'sinusoidal', 'xpos']
     """
     rows = []
     for name, cls in SCHEMES.items():

@@ -311,6 +311,26 @@ class RotaryEmbedding(PositionalScheme):
         pass per tensor, and queries and keys in one graph in :meth:`rotate`;
         interleaved: the eager kernel (see ``compiled`` in :func:`apply_rope`
         for when it applies and what it costs).
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(1, 8, 10, 64, generator=g, dtype=torch.float64)
+    >>> k, v = torch.randn(2, 1, 2, 10, 64, generator=g, dtype=torch.float64)  # 2 KV heads
+    >>> rope = posenc.RotaryEmbedding(64)
+    >>> posenc.attention(q, k, v, encoding=rope, causal=True).shape
+    torch.Size([1, 8, 10, 64])
+
+    Scores depend only on the distance between positions:
+
+    >>> near = posenc.CallContext.of(q, k)
+    >>> far = posenc.CallContext.of(q, k, q_positions=torch.arange(10) + 5000,
+    ...                             k_positions=torch.arange(10) + 5000)
+    >>> qa, ka = rope.rotate(q, k, near)
+    >>> qb, kb = rope.rotate(q, k, far)
+    >>> torch.allclose(qa[:, :2] @ ka.mT, qb[:, :2] @ kb.mT)
+    True
     """
 
     reference = "su2024roformer"

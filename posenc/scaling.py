@@ -59,10 +59,12 @@ tensor expression.
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -113,6 +115,22 @@ class RopeScaling:
         and LongRoPE have one: by default ``0.1 ln(factor) + 1`` for YaRN and
         ``sqrt(1 + ln(factor) / ln(original_max_positions))`` for LongRoPE;
         1 for every other kind.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> pi = posenc.RopeScaling.linear(4.0)
+    >>> pi
+    RopeScaling.linear(factor=4.0)
+    >>> pi.frequencies(8).tolist()          # 1, 0.1, 0.01, 0.001 (base 10000), divided by 4
+    [0.25, 0.025, 0.0025, 0.00025]
+    >>> rope = posenc.RotaryEmbedding(64, scaling=pi)
+    >>> posenc.RopeScaling("ntk", 4.0) == posenc.RopeScaling.ntk(4.0)
+    True
+    >>> posenc.RopeScaling("linear", 4.0, original_max_positions=4096)
+    Traceback (most recent call last):
+    ...
+    ValueError: original_max_positions does not apply to kind 'linear' (only to ...), got 4096
     """
 
     kind: str
@@ -183,12 +201,46 @@ class RopeScaling:
 
     @classmethod
     def linear(cls, factor: float) -> RopeScaling:
-        """Position interpolation (Chen et al., 2023): ``omega_i / factor``."""
+        """Position interpolation (Chen et al., 2023): ``omega_i / factor``.
+
+        Parameters
+        ----------
+        factor
+            Context-extension factor ``s >= 1``: every frequency is divided by it.
+
+        Returns
+        -------
+        RopeScaling
+
+        Examples
+        --------
+        >>> import posenc
+        >>> posenc.RopeScaling.linear(2.0).frequencies(4).tolist()   # 1 and 0.01, halved
+        [0.5, 0.005]
+        """
         return cls("linear", factor)
 
     @classmethod
     def ntk(cls, factor: float) -> RopeScaling:
-        """NTK-aware scaling (bloc97, 2023): base becomes ``base * factor**(dim / (dim - 2))``."""
+        """NTK-aware scaling (bloc97, 2023): base becomes ``base * factor**(dim / (dim - 2))``.
+
+        Parameters
+        ----------
+        factor
+            Context-extension factor ``s >= 1``: the slowest frequency is
+            divided by it, the fastest kept.
+
+        Returns
+        -------
+        RopeScaling
+
+        Examples
+        --------
+        >>> import posenc
+        >>> ntk = posenc.RopeScaling.ntk(4.0)
+        >>> [round(f, 6) for f in ntk.frequencies(8).tolist()]   # the fastest kept, the slowest / 4
+        [1.0, 0.062996, 0.003969, 0.00025]
+        """
         return cls("ntk", factor)
 
     @classmethod
@@ -198,6 +250,17 @@ class RopeScaling:
         For a current length ``L = max(seq_len, original_max_positions)`` the
         base becomes ``base * (factor * L / original - (factor - 1))**(dim / (dim - 2))``,
         so nothing changes up to the training length.
+
+        Examples
+        --------
+        >>> import posenc
+        >>> dyn = posenc.RopeScaling.dynamic_ntk(2.0, original_max_positions=4096)
+        >>> dyn.depends_on_length
+        True
+        >>> dyn.frequencies(8, seq_len=4096).tolist()     # unchanged up to the training length
+        [1.0, 0.1, 0.01, 0.001]
+        >>> [round(f, 6) for f in dyn.frequencies(8, seq_len=8192).tolist()]
+        [1.0, 0.069336, 0.004807, 0.000333]
         """
         return cls("dynamic_ntk", factor, original_max_positions)
 
@@ -229,6 +292,19 @@ class RopeScaling:
         ``m(a) = 0.1 a ln(factor) + 1``, as in transformers.  (DeepSeek's
         attention additionally multiplies its softmax scale by
         ``m(mscale_all_dim)**2``; that belongs to the model, not to RoPE.)
+
+        Examples
+        --------
+        >>> import posenc
+        >>> yarn = posenc.RopeScaling.yarn(4.0, original_max_positions=4096)
+        >>> yarn
+        RopeScaling.yarn(factor=4.0, original_max_positions=4096, beta_fast=32.0, beta_slow=1.0,
+                         attention_factor=1.1386...)
+        >>> round(yarn.attention_factor, 6)                # 0.1 ln(4) + 1
+        1.138629
+        >>> f, plain = yarn.frequencies(128), posenc.rope_frequencies(128)
+        >>> bool(f[0] == plain[0]), bool(f[-1] == plain[-1] / 4)   # fast pairs kept, slow ones / 4
+        (True, True)
         """
         if (mscale is None) != (mscale_all_dim is None):
             given = "mscale" if mscale is not None else "mscale_all_dim"
@@ -277,6 +353,17 @@ class RopeScaling:
           ``a = (original / lambda_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
           linear interpolation between ``omega_i / factor`` and ``omega_i``
           in a weight ``a`` that is linear in ``1 / lambda_i``.
+
+        Examples
+        --------
+        >>> import posenc
+        >>> llama = posenc.RopeScaling.llama3(8.0, original_max_positions=8192)   # Llama 3.1
+        >>> f = llama.frequencies(128, base=500000.0)
+        >>> plain = posenc.rope_frequencies(128, base=500000.0)
+        >>> bool(f[0] == plain[0]), bool(f[-1] == plain[-1] / 8)
+        (True, True)
+        >>> int(((f != plain) & (f != plain / 8)).sum())   # pairs blended in the band between
+        6
         """
         return cls(
             "llama3",
@@ -305,6 +392,18 @@ class RopeScaling:
         original`` positions for Phi-3, 32 for Phi-3.5-mini) only sets the
         default attention factor
         ``sqrt(1 + ln(factor) / ln(original_max_positions))``.
+
+        Examples
+        --------
+        >>> import posenc
+        >>> lr = posenc.RopeScaling.longrope([1.0, 2.0], [1.0, 4.0], original_max_positions=4096,
+        ...                                  factor=32.0)
+        >>> lr.frequencies(4).tolist()                    # short_factor, up to 4096 positions
+        [1.0, 0.005]
+        >>> lr.frequencies(4, seq_len=8192).tolist()      # long_factor past them
+        [1.0, 0.0025]
+        >>> round(lr.attention_factor, 6)                 # sqrt(1 + ln 32 / ln 4096)
+        1.190238
         """
         return cls(
             "longrope",
@@ -326,8 +425,59 @@ class RopeScaling:
         pairs sit inside the rotary layout: in the ``"half"`` layout they are
         features ``[n, dim/2)`` and ``[dim/2 + n, dim)``.  Use it on the whole
         head: ``RotaryEmbedding(head_dim, layout="half", scaling=...)``.
+
+        Examples
+        --------
+        >>> import posenc
+        >>> posenc.RopeScaling.proportional(0.5).frequencies(8).tolist()   # half the pairs rotate
+        [1.0, 0.1, 0.0, 0.0]
         """
         return cls("proportional", factor, rotated_fraction=rotated_fraction)
+
+    @classmethod
+    def from_transformers(
+        cls,
+        rope_parameters: Mapping[str, Any] | None,
+        *,
+        max_position_embeddings: int | None = None,
+        original_max_position_embeddings: int | None = None,
+    ) -> RopeScaling | None:
+        """The scaling of a transformers ``rope_parameters`` (or ``rope_scaling``) dict.
+
+        The same as :func:`posenc.rope_scaling_from_transformers`, which lives
+        with the other readers of transformers' configs in :mod:`posenc.hf`.
+
+        Parameters
+        ----------
+        rope_parameters
+            The dict, or ``None``.
+        max_position_embeddings, original_max_position_embeddings
+            As in :func:`posenc.rope_scaling_from_transformers`.
+
+        Returns
+        -------
+        RopeScaling or None
+            ``None`` for plain RoPE (``rope_type`` ``"default"``).
+
+        Examples
+        --------
+        >>> import posenc
+        >>> posenc.RopeScaling.from_transformers(
+        ...     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        ...      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+        RopeScaling.llama3(factor=8.0, original_max_positions=8192, low_freq_factor=1.0,
+                           high_freq_factor=4.0)
+        >>> posenc.RopeScaling.from_transformers({"rope_type": "default"}) is None
+        True
+        """
+        # posenc.hf imports this module: looked up when called
+        hf = importlib.import_module("posenc.hf")
+        scaling: RopeScaling | None = hf.rope_scaling_from_transformers(
+            rope_parameters,
+            max_position_embeddings=max_position_embeddings,
+            original_max_position_embeddings=original_max_position_embeddings,
+        )
+        return scaling
 
     # ------------------------------------------------------------------ behaviour
 

@@ -63,9 +63,9 @@ import inspect
 import torch
 from torch import nn
 
+from . import sdpa as _sdpa
 from ._checks import check_build_args, warn_caller
 from .context import CallContext, prepare
-from . import sdpa as _sdpa
 
 __all__ = ["NoPE", "PositionalScheme"]
 
@@ -256,7 +256,25 @@ class PositionalScheme(nn.Module):
 
 
 class NoPE(PositionalScheme):
-    """No positional information: attention is permutation-equivariant (``encoding=None``)."""
+    """No positional information: attention is permutation-equivariant (``encoding=None``).
+
+    :func:`posenc.attention` with ``encoding=None`` uses it; it has no parameters and
+    adds nothing to the scores.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x = torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64)
+    >>> perm = torch.tensor([4, 0, 3, 1, 2])
+    >>> out = posenc.attention(x, x, x, encoding=posenc.NoPE())
+    >>> shuffled = posenc.attention(x[:, :, perm], x[:, :, perm], x[:, :, perm],
+    ...                             encoding=posenc.NoPE())
+    >>> torch.allclose(shuffled, out[:, :, perm])  # reordering the tokens reorders the output
+    True
+    >>> torch.equal(out, posenc.attention(x, x, x, encoding=None))
+    True
+    """
 
     reference = "kazemnejad2023nope"
 

@@ -110,6 +110,20 @@ class ShawRelativeAttention(PositionalScheme):
     init_std
         Standard deviation of the normal initialisation; defaults to
         ``head_dim ** -0.5``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> _ = torch.manual_seed(0)
+    >>> shaw = posenc.ShawRelativeAttention(head_dim=8, max_distance=2)
+    >>> shaw.key_embeddings.shape, shaw.value_embeddings.shape   # labels -2 .. 2
+    (torch.Size([5, 8]), torch.Size([5, 8]))
+    >>> posenc.shaw_relative_indices(4, 4, 2).tolist()   # row of each (query, key) pair
+    [[2, 3, 4, 4], [1, 2, 3, 4], [0, 1, 2, 3], [0, 0, 1, 2]]
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 2, 6, 8, generator=g)
+    >>> posenc.attention(q, k, v, encoding=shaw, causal=True).shape
+    torch.Size([1, 2, 6, 8])
     """
 
     quadratic_memory = True

@@ -200,9 +200,22 @@ class SinusoidalEmbedding(nn.Module):
         Optional multiplier of ``x`` before the table is added (the paper
         multiplies token embeddings by ``sqrt(dim)``); ``1.0`` by default.
 
+    Notes
+    -----
     In :data:`posenc.SCHEMES` it is ``"sinusoidal"``, a scheme that acts on the
     input (``acts_on = "input"``): a model adds :meth:`encode` ``(positions)``
     to its token embeddings.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> pe = posenc.SinusoidalEmbedding(4)
+    >>> pe.encode(torch.tensor([0, 1]), dtype=torch.float64).round(decimals=4).tolist()
+    [[0.0, 1.0, 0.0, 1.0], [0.8415, 0.5403, 0.01, 1.0]]
+    >>> tokens = torch.zeros(2, 3, 4)          # (batch, seq, dim) token embeddings
+    >>> out = pe(tokens)                        # rows 0, 1, 2 of the table added
+    >>> out.shape, torch.equal(out[1, 2], pe.encode(torch.tensor(2)))
+    (torch.Size([2, 3, 4]), True)
     """
 
     # registry metadata (posenc.SCHEMES): a table added to the input embeddings

@@ -180,6 +180,18 @@ class T5RelativeBias(PositionalScheme):
         buckets in the encoder and unidirectional ones in the decoder).
     init_std
         Standard deviation of the normal initialisation of ``weight``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> _ = torch.manual_seed(0)
+    >>> t5 = posenc.T5RelativeBias(4, bidirectional=False, num_buckets=8, max_distance=16)
+    >>> t5.buckets(torch.arange(4), torch.arange(4)).tolist()   # query rows, key columns
+    [[0, 0, 0, 0], [1, 0, 0, 0], [2, 1, 0, 0], [3, 2, 1, 0]]
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 4, 5, 8, generator=g)
+    >>> posenc.attention(q, k, v, encoding=t5, causal=True, scale=1.0).shape   # T5: no 1/sqrt(d)
+    torch.Size([1, 4, 5, 8])
     """
 
     quadratic_memory = True

@@ -136,6 +136,19 @@ class TransformerXLScheme(PositionalScheme):
     and keys at ``j``.  Under a causal mask only distances ``>= 0`` reach the
     softmax (the paper's setting); without one, negative distances use the same
     sinusoid, as in XLNet's bidirectional variant.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> _ = torch.manual_seed(0)
+    >>> xl = posenc.TransformerXLScheme(num_heads=4, head_dim=16)
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 2, 4, 6, 16, generator=g)
+    >>> posenc.attention(q, k, v, encoding=xl, causal=True).shape
+    torch.Size([2, 4, 6, 16])
+    >>> w = posenc.attention_weights(q, k, encoding=xl, causal=True)
+    >>> torch.allclose(w.sum(-1), torch.ones(2, 4, 6)), bool(w[0, 0, 0, 1:].eq(0).all())
+    (True, True)
     """
 
     quadratic_memory = True

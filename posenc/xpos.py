@@ -107,6 +107,8 @@ class XPos(PositionalScheme):
         Position at which both factors are 1 (see the module docstring); an
         integer, default 0.  Scores do not depend on it.
 
+    Notes
+    -----
     Shapes: queries ``(batch, heads, q_len, head_dim)``, keys ``(batch,
     kv_heads, k_len, head_dim)``, positions ``(len,)`` or ``(batch, len)``.
     The queries' factors are ``zeta ** ((m - centre) / scale_base)`` and the
@@ -115,6 +117,25 @@ class XPos(PositionalScheme):
     (``backend="flex"``) and the eager one (SDPA) both take the transformed
     ``q`` and ``k`` with no score change.  :class:`posenc.KVCache` calls
     :meth:`rotate` once per token and caches the keys scaled and rotated.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> xpos = posenc.XPos(64)
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 2, 10, 64, generator=g, dtype=torch.float64)
+    >>> posenc.attention(q, k, v, encoding=xpos, causal=True).shape
+    torch.Size([1, 2, 10, 64])
+
+    Scores depend only on the distance between positions, as with RoPE:
+
+    >>> near = posenc.CallContext.of(q, k)
+    >>> far = posenc.CallContext.of(q, k, q_positions=torch.arange(10) + 300,
+    ...                             k_positions=torch.arange(10) + 300)
+    >>> qa, ka = xpos.rotate(q, k, near)
+    >>> qb, kb = xpos.rotate(q, k, far)
+    >>> torch.allclose(qa @ ka.mT, qb @ kb.mT)
+    True
     """
 
     reference = "sun2023xpos"

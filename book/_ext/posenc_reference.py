@@ -225,14 +225,9 @@ def _check_public_surface(app, env):
 # printed, as "pending", in the build's output.  Any other warning fails the build.
 PENDING_DOCSTRING_FIXES = (
     # prose after a numpydoc section is read as part of it: it needs a "Notes" header
-    ("docstring of posenc.xpos.XPos", ""),
-    ("entry posenc.XPos", "py:class reference target not found"),
     ("entry posenc.Kerple", "py:class reference target not found: FlexAttention"),
-    ("docstring of posenc.sinusoidal.SinusoidalEmbedding", "Field list ends without a blank"),
     # RST mark-up
-    ("docstring of posenc.kv_cache.KVCache.update", "Inline literal start-string"),
     ("docstring of posenc.fire.FIRE", "Title underline too short"),
-    ("docstring of posenc.cope.CoPE", "Title underline too short"),
     # references to names that are not public, or not documented
     ("", "py:func reference target not found: failures"),
     ("", "py:data reference target not found: _ENTRIES"),
