@@ -213,6 +213,29 @@ def attention_weights(
     :meth:`PositionalScheme.weights`).  Meant for analysis and plots; it costs
     O(q_len * k_len) memory by construction.  Rows of queries that see no key
     are zero.
+
+    Parameters
+    ----------
+    q, k
+        Queries and keys, as in :func:`attention` (no values are needed).
+    encoding, mask, bias, causal, q_offset, q_positions, k_positions, scale
+        As in :func:`attention`.
+
+    Returns
+    -------
+    Tensor
+        ``(*q.shape[:-2], q_len, k_len)`` in the dtype of ``q``: each row sums
+        to 1, or is zero for a query that sees no key.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> x = torch.zeros(1, 1, 3, 4, dtype=torch.float64)   # equal scores everywhere
+    >>> posenc.attention_weights(x, x, causal=True)[0, 0].tolist()
+    [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.3333333333333333, 0.3333333333333333, 0.3333333333333333]]
+    >>> alibi = posenc.attention_weights(x, x, encoding=posenc.ALiBi(1), causal=True)
+    >>> alibi[0, 0].round(decimals=4).tolist()              # nearer keys weigh more
+    [[1.0, 0.0, 0.0], [0.499, 0.501, 0.0], [0.332, 0.3333, 0.3346]]
     """
     q4, k4, _, ctx = prepare(
         q, k, None, mask=mask, bias=bias, causal=causal, q_offset=q_offset,

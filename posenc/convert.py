@@ -40,6 +40,17 @@ def rope_layout_permutation(
         ``"interleaved"`` or ``"half"``.
     rotary_dim
         Number of rotated features ``r`` (even, ``<= head_dim``); default ``head_dim``.
+
+    Returns
+    -------
+    Tensor
+        int64 ``(head_dim,)``; features past ``rotary_dim`` stay in place.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.rope_layout_permutation(8).tolist()   # pairs (0, 1), (2, 3), ... to (i, i + 4)
+    [0, 2, 4, 6, 1, 3, 5, 7]
     """
     head_dim = check_even("head_dim", head_dim)
     check_choice("src", src, _LAYOUTS)
@@ -84,7 +95,25 @@ def interleaved_to_half(
 def half_to_interleaved(
     weight: torch.Tensor, num_heads: int, *, rotary_dim: int | None = None
 ) -> torch.Tensor:
-    """Inverse of :func:`interleaved_to_half` (same parameters)."""
+    """Inverse of :func:`interleaved_to_half` (same parameters).
+
+    Parameters
+    ----------
+    weight, num_heads, rotary_dim
+        As in :func:`interleaved_to_half`.
+
+    Returns
+    -------
+    Tensor
+        ``weight`` with the rows of each head back in the interleaved layout.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> w = torch.randn(16, 8, generator=torch.Generator().manual_seed(0))  # 2 heads of 8
+    >>> torch.equal(posenc.half_to_interleaved(posenc.interleaved_to_half(w, 2), 2), w)
+    True
+    """
     return _permute_rows(weight, num_heads, rotary_dim, "half", "interleaved")
 
 

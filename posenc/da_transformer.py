@@ -172,7 +172,7 @@ class DAAttention(PositionalScheme):
         return out
 
     def weights(self, q, k, ctx):
-        """Attention weights ``(batch, num_heads, q_len, k_len)``, per :attr:`normalize`."""
+        """Attention weights ``(batch, num_heads, q_len, k_len)``, per ``normalize``."""
         return self._weights(q, k, ctx).to(q.dtype)
 
     def _weights(self, q, k, ctx):

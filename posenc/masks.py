@@ -30,6 +30,29 @@ def causal_mask(
     """Boolean ``(q_len, k_len)`` mask, ``True`` where query ``i`` may see key ``j``.
 
     ``j <= q_offset + i``, with ``q_offset`` defaulting to ``k_len - q_len``.
+
+    Parameters
+    ----------
+    q_len, k_len
+        Numbers of queries and keys.
+    q_offset
+        Index of the first query among the keys; ``k_len - q_len`` by default
+        (the queries are the newest tokens).
+    device
+        Device of the mask.
+
+    Returns
+    -------
+    Tensor
+        Boolean ``(q_len, k_len)``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.causal_mask(3, 3).int().tolist()
+    [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    >>> posenc.causal_mask(2, 4).tolist()          # two new queries after two cached keys
+    [[True, True, True, False], [True, True, True, True]]
     """
     q_len = check_int("q_len", q_len, minimum=1)
     k_len = check_int("k_len", k_len, minimum=1)
@@ -42,12 +65,18 @@ def causal_mask(
 class Masks(NamedTuple):
     """What :func:`merge_masks` returns.
 
-    ``mask``: ``None``, a boolean keep-mask or an additive float tensor, 4-D
-    ``(batch|1, heads|1, q_len, k_len)`` and contiguous, where no row is fully
-    masked.  ``is_causal``: let SDPA apply the causal mask itself.  ``seen``:
-    ``None`` or a boolean ``(batch|1, heads|1, q_len, 1)``, false for the
-    queries that see no key; their rows of ``mask`` are cleared so that the
-    softmax stays finite, and the caller zeroes their output.
+    Parameters
+    ----------
+    mask
+        ``None``, a boolean keep-mask or an additive float tensor, 4-D
+        ``(batch|1, heads|1, q_len, k_len)`` and contiguous, where no row is
+        fully masked.
+    is_causal
+        Let SDPA apply the causal mask itself.
+    seen
+        ``None`` or a boolean ``(batch|1, heads|1, q_len, 1)``, false for the
+        queries that see no key; their rows of ``mask`` are cleared so that the
+        softmax stays finite, and the caller zeroes their output.
     """
 
     mask: torch.Tensor | None

@@ -59,6 +59,24 @@ def mrope_axes(sections, arrangement: str = "contiguous") -> tuple[int, ...]:
     ``(1, 2)`` when ``i % 3 == a`` and ``i < 3 * sections[a]``, else axis 0
     (as transformers does, even where that gives an axis fewer pairs than its
     section; Qwen3-VL's ``(24, 20, 20)`` gives exactly 24, 20, 20).
+
+    Parameters
+    ----------
+    sections
+        Pairs per axis (``mrope_section``), positive ints.
+    arrangement
+        ``"contiguous"`` or ``"interleaved"``.
+
+    Returns
+    -------
+    tuple of int
+        The axis of each rotary pair.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.mrope_axes((2, 1, 1)), posenc.mrope_axes((2, 1, 1), "interleaved")
+    ((0, 0, 1, 2), (0, 1, 2, 0))
     """
     sections = _check_sections(sections)
     arrangement = check_choice("arrangement", arrangement, ARRANGEMENTS)
@@ -106,6 +124,11 @@ def mrope_cos_sin(
         ``"contiguous"`` (Qwen2-VL, GLM-4V) or ``"interleaved"`` (Qwen3-VL).
     dtype, device
         Floating dtype of the tables; device (default: that of ``positions``).
+
+    Returns
+    -------
+    tuple of Tensor
+        ``(cos, sin)``, each ``(*positions.shape[1:], sum(sections))`` in ``dtype``.
     """
     axes = mrope_axes(sections, arrangement)
     base = check_float("base", base, positive=True)

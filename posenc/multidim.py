@@ -79,6 +79,24 @@ def grid_positions(*sizes: int, device=None) -> torch.Tensor:
     pairs ``(0, 0), (0, 1), ..., (0, w-1), (1, 0), ...``: row ``t`` is the cell
     of patch ``t`` when a ``(..., h, w)`` map is flattened.  Any number of axes
     works: ``grid_positions(t, h, w)`` gives ``(t * h * w, 3)``.
+
+    Parameters
+    ----------
+    *sizes
+        The size of each axis (non-negative integers).
+    device
+        Device of the result.
+
+    Returns
+    -------
+    Tensor
+        int64 ``(prod(sizes), len(sizes))``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.grid_positions(2, 3).tolist()
+    [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
     """
     if not sizes:
         raise ValueError("sizes must name at least one axis, e.g. grid_positions(h, w)")
@@ -164,6 +182,11 @@ def sinusoidal_table_2d(
         As in :func:`posenc.sinusoidal_table`.  For MAE's table (column first,
         ``"half"`` layout) use :func:`axial_sinusoidal_encoding` on
         ``grid_positions(height, width).flip(-1)``.
+
+    Returns
+    -------
+    Tensor
+        ``(height, width, dim)`` in ``dtype``.
     """
     height = check_length("height", height)
     width = check_length("width", width)
@@ -207,6 +230,11 @@ def axial_rope_cos_sin(
         Frequency base of every axis (Heo et al. use 100 for images).
     dtype, device
         Floating output dtype; device (default: that of ``positions``).
+
+    Returns
+    -------
+    tuple of Tensor
+        ``(cos, sin)``, each ``(*positions.shape[:-1], dim // 2)`` in ``dtype``.
     """
     pos = _check_grid_positions("positions", positions, device)
     num_axes = pos.shape[-1]

@@ -6,7 +6,7 @@ are generated from it (:func:`scheme_table`).  Nothing else in posenc lists the
 schemes by name.
 
 Adding a scheme takes its module (a :class:`posenc.PositionalScheme` subclass
-with its ``__all__``) and one line in :data:`_ENTRIES` below:
+with its ``__all__``) and one line in the table ``_ENTRIES`` of ``posenc/registry.py``:
 ``"name": "module:Class"``.  ``import posenc`` then imports the module and
 exports its ``__all__`` (``posenc.Class``), the lab trains it and the tests
 check it.
@@ -48,7 +48,7 @@ def _load(path: str) -> type:
     return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
 
-#: Short name -> scheme class, in the order of :data:`_ENTRIES`.
+#: Short name -> scheme class, in the order the schemes were registered.
 SCHEMES: dict[str, type] = {name: _load(path) for name, path in _ENTRIES.items()}
 
 
@@ -71,6 +71,17 @@ def scheme_table(num_heads: int = 8, head_dim: int = 64) -> list[dict]:
     tensor beside the scores), ``parameters`` (learnable parameters of
     ``build(num_heads, head_dim)``), ``shared_across_layers`` and
     ``reference`` (a ``references.bib`` key).
+
+    Parameters
+    ----------
+    num_heads, head_dim
+        The size each scheme is built at (``cls.build(num_heads, head_dim)``),
+        which sets the ``parameters`` column.
+
+    Returns
+    -------
+    list of dict
+        One row per entry of :data:`posenc.SCHEMES`, in its order.
 
     Examples
     --------

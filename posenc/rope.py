@@ -151,6 +151,18 @@ def rope_cos_sin(
     seq_len
         Context length seen by length-dependent scalings; defaults to
         ``max(positions) + 1``.
+
+    Returns
+    -------
+    tuple of Tensor
+        ``(cos, sin)``, each ``(*positions.shape, dim // 2)`` in ``dtype``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> cos, sin = posenc.rope_cos_sin(torch.tensor([0, 1]), 4, dtype=torch.float64)
+    >>> cos.round(decimals=4).tolist(), sin.round(decimals=4).tolist()
+    ([[1.0, 1.0], [0.5403, 1.0]], [[0.0, 0.0], [0.8415, 0.01]])
     """
     dim = check_even("dim", dim)
     base = check_float("base", base, positive=True)

@@ -144,7 +144,8 @@ class PositionalScheme(nn.Module):
         ``(batch, heads, q_len, k_len)``, and be finite (masking is
         ``ctx.mask``'s job).  ``q`` and ``k`` come after :meth:`rotate`, so a
         content-dependent bias (Shaw) can use them.  The default evaluates
-        :meth:`score_mod` on the whole grid of positions (:func:`score_mod_bias`).
+        :meth:`score_mod` on the whole grid of positions, in float32 (float64 for
+        float64 inputs), as the fused kernel does.
         """
         if _owner(type(self), "score_mod") is PositionalScheme:
             return None

@@ -32,6 +32,25 @@ def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
 
     Query head ``h`` uses head ``h // (num_heads // kv_heads)``, as SDPA's
     ``enable_gqa``.  A no-op when the counts already agree.
+
+    Parameters
+    ----------
+    t
+        Keys or values ``(..., kv_heads, len, d)``.
+    num_heads
+        Number of query heads, a multiple of ``kv_heads``.
+
+    Returns
+    -------
+    Tensor
+        ``(..., num_heads, len, d)``; ``t`` itself when ``kv_heads == num_heads``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> kv = torch.tensor([0.0, 1.0]).reshape(2, 1, 1)    # two heads of one token
+    >>> posenc.repeat_kv(kv, 4).flatten().tolist()        # each serves two query heads
+    [0.0, 0.0, 1.0, 1.0]
     """
     if t.dim() < 3 or t.shape[-3] == num_heads:
         return t
@@ -39,7 +58,22 @@ def repeat_kv(t: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def dot_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
-    """``scale * q @ k.T`` ``(batch, heads, q_len, k_len)`` in float32 at least (float64 stays)."""
+    """``scale * q @ k.T`` ``(batch, heads, q_len, k_len)`` in float32 at least (float64 stays).
+
+    Parameters
+    ----------
+    q
+        Queries ``(batch, heads, q_len, d)``.
+    k
+        Keys ``(batch, kv_heads, k_len, d)``, ``kv_heads`` dividing ``heads``.
+    scale
+        Multiplier of the dot products.
+
+    Returns
+    -------
+    Tensor
+        ``(batch, heads, q_len, k_len)`` in float32, or float64 for float64 inputs.
+    """
     work = torch.promote_types(q.dtype, torch.float32)
     k = repeat_kv(k, q.shape[-3]).to(work)
     return scale * (q.to(work) @ k.transpose(-1, -2))
@@ -61,6 +95,28 @@ def scaled_dot_product(
     CPU kernel's backward cannot be differentiated again (Hessians,
     ``gradgradcheck``); in float32 or bf16, use
     ``torch.nn.attention.sdpa_kernel(SDPBackend.MATH)`` for that.
+
+    Parameters
+    ----------
+    q, k, v
+        Queries ``(batch, heads, q_len, d)``, keys ``(batch, kv_heads, k_len,
+        d)`` and values ``(batch, kv_heads, k_len, d_v)``.
+    mask
+        The merged mask of the call (``ctx.mask``), or ``None``.
+    bias
+        A scheme's additive bias, broadcastable to ``(batch, heads, q_len,
+        k_len)``, or ``None``.
+    causal
+        Whether query ``i`` sees only the keys ``j <= q_offset + i``.
+    q_offset
+        Index of the first query among the keys (default ``k_len - q_len``).
+    scale
+        Multiplier of ``q @ k.T`` (default ``1 / sqrt(d)``).
+
+    Returns
+    -------
+    Tensor
+        ``(batch, heads, q_len, d_v)`` in the dtype of ``q``.
     """
     q_len, k_len = q.shape[-2], k.shape[-2]
     q_offset = k_len - q_len if q_offset is None else q_offset
@@ -105,6 +161,24 @@ def softmax_weights(logits, *, mask=None, bias=None, causal: bool = False, q_off
     The path of every scheme that computes its scores itself.  ``mask``,
     ``bias``, ``causal`` and ``q_offset`` as in :func:`scaled_dot_product`;
     masks are merged in ``logits``' dtype.  Rows that see no key are zero.
+
+    Parameters
+    ----------
+    logits
+        Scores ``(batch, heads, q_len, k_len)``, already scaled.
+    mask, bias, causal, q_offset
+        As in :func:`scaled_dot_product`.
+
+    Returns
+    -------
+    Tensor
+        The weights, ``logits``' shape and dtype; each row sums to 1 or is zero.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> posenc.softmax_weights(torch.zeros(1, 1, 2, 2, dtype=torch.float64), causal=True).tolist()
+    [[[[1.0, 0.0], [0.5, 0.5]]]]
     """
     q_len, k_len = logits.shape[-2], logits.shape[-1]
     q_offset = k_len - q_len if q_offset is None else q_offset

@@ -58,7 +58,28 @@ def _check_layout(layout) -> str:
 
 
 def sinusoidal_inv_freq(dim: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
-    """The angular frequencies ``w_i = base ** (-2 i / dim)``: float64, shape ``(dim/2,)``."""
+    """The angular frequencies ``w_i = base ** (-2 i / dim)``: float64, shape ``(dim/2,)``.
+
+    Parameters
+    ----------
+    dim
+        Feature size, a positive even integer.
+    base
+        Wavelength base (10000 in the paper).
+    device
+        Device of the result.
+
+    Returns
+    -------
+    Tensor
+        float64 ``(dim // 2,)``, from 1 down to ``base ** (-(dim - 2) / dim)``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.sinusoidal_inv_freq(8).tolist()
+    [1.0, 0.1, 0.01, 0.001]
+    """
     dim = check_even("dim", dim)
     base = check_float("base", base, positive=True)
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim
@@ -150,10 +171,28 @@ def sinusoidal_shift_matrix(
     axis); read in the order ``(cos, sin)`` it is the usual counter-clockwise
     rotation by ``+k w``.  The matrix is orthogonal and independent of ``p``.
 
+    Parameters
+    ----------
+    shift
+        The offset ``k`` (any integer).
+    dim
+        Feature size, a positive even integer.
+    base, layout
+        As in :func:`sinusoidal_table`.
+
     Returns
     -------
-    Tensor ``(dim, dim)``, block diagonal for ``layout="interleaved"``; for
-    ``"half"`` the same blocks with rows and columns ``(i, i + dim/2)``.
+    Tensor
+        float64 ``(dim, dim)``, block diagonal for ``layout="interleaved"``;
+        for ``"half"`` the same blocks with rows and columns ``(i, i + dim/2)``.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> table = posenc.sinusoidal_table(10, 8, dtype=torch.float64)
+    >>> M = posenc.sinusoidal_shift_matrix(3, 8)
+    >>> torch.allclose(table[2:7] @ M.T, table[5:10])   # PE(p + 3) = M(3) PE(p)
+    True
     """
     shift = check_int("shift", shift)
     layout = _check_layout(layout)

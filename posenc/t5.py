@@ -305,9 +305,9 @@ class T5RelativeBias(PositionalScheme):
 
         Within a direction the bucket of distance ``n`` is ``min(n, E) +
         #{b: n >= boundary_b}`` over the boundaries of the logarithmic buckets
-        (:func:`_log_boundaries`, found once by bisection on the float64
-        formula): exactly :func:`t5_relative_bucket`, with ``O(num_buckets)``
-        memory whatever ``max_distance``.
+        (found once by bisection on the float64 formula): exactly
+        :func:`t5_relative_bucket`, with ``O(num_buckets)`` memory whatever
+        ``max_distance``.
         """
         per_direction = self.num_buckets // 2 if self.bidirectional else self.num_buckets
         key = (ctx.device, per_direction, self.max_distance)

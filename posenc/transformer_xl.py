@@ -97,6 +97,30 @@ def relative_sinusoids(
     layout, at any integer (also negative) distance: angles are evaluated in
     float64, directly from the distances, and rounded once to ``dtype``.
     ``distances`` is an integer tensor of any shape; the result is on its device.
+
+    Parameters
+    ----------
+    distances
+        Integer distances, any shape.
+    dim
+        Feature size, a positive even integer.
+    base
+        Wavelength base (10000 in the paper).
+    dtype
+        Floating dtype of the result.
+
+    Returns
+    -------
+    Tensor
+        ``(*distances.shape, dim)``: the sines in the first half, the cosines
+        in the second.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> posenc.relative_sinusoids(torch.tensor([0, 1]), 4, dtype=torch.float64).round(
+    ...     decimals=4).tolist()
+    [[0.0, 0.0, 1.0, 1.0], [0.8415, 0.01, 0.5403, 1.0]]
     """
     dim = check_even("dim", dim)
     distances = check_tensor("distances", distances)
@@ -332,7 +356,7 @@ class TransformerXLAttention(nn.Module):
 
         Shapes ``(batch, num_heads, q_len, head_dim)`` and
         ``(batch, num_heads, m + q_len, head_dim)``: what :meth:`forward` passes
-        to :func:`posenc.attention` with :attr:`scheme`.
+        to :func:`posenc.attention` with its ``scheme``.
         """
         x, context = self._inputs(x, mems)
         return self._project(x, context)

@@ -76,6 +76,22 @@ def xpos_zeta(head_dim: int) -> torch.Tensor:
     """The per-pair decay ``zeta_i = (2i + 0.4 d) / (1.4 d)``, float64 ``(head_dim // 2,)``.
 
     Every entry lies in ``[0.4 / 1.4, 1)``, increasing with ``i``.
+
+    Parameters
+    ----------
+    head_dim
+        Size ``d`` of a query/key head (even).
+
+    Returns
+    -------
+    Tensor
+        float64 ``(head_dim // 2,)``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.xpos_zeta(8).round(decimals=4).tolist()
+    [0.2857, 0.4643, 0.6429, 0.8214]
     """
     d = check_even("head_dim", head_dim)
     two_i = torch.arange(0, d, 2, dtype=torch.float64)

@@ -230,12 +230,6 @@ PENDING_DOCSTRING_FIXES = (
     ("docstring of posenc.fire.FIRE", "Title underline too short"),
     # references to names that are not public, or not documented
     ("", "py:func reference target not found: failures"),
-    ("", "py:data reference target not found: _ENTRIES"),
-    ("", "py:func reference target not found: score_mod_bias"),
-    ("", "py:func reference target not found: _log_boundaries"),
-    ("", "py:attr reference target not found: encoding"),
-    ("", "py:attr reference target not found: scheme"),
-    ("", "py:attr reference target not found: normalize"),
     ("", "py:attr reference target not found: vocab"),
     ("", "py:data reference target not found: SETTINGS"),
     ("", "py:func reference target not found: recall"),
