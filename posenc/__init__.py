@@ -39,6 +39,7 @@ PyTorch.
 """
 
 import importlib as _importlib
+from types import ModuleType as _ModuleType
 
 from . import _workarounds  # noqa: F401  (first: upstream fixes that affect every module)
 from . import registry as _registry
@@ -172,12 +173,12 @@ del _module
 _LAZY_SUBMODULES = ("analysis", "viz")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _ModuleType:
     if name in _LAZY_SUBMODULES:
         return _importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'posenc' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     # the API, not the submodules it is defined in (they stay importable)
     return sorted([*__all__, "__version__", *_LAZY_SUBMODULES])

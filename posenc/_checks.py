@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from ._runtime import has_values
+from ._types import Device
 
 __all__: list[str] = []  # private module
 
@@ -28,66 +30,68 @@ MAX_DISTANCE = 2 * MAX_POSITION
 _INT64 = 2**63
 
 
-def check_int(name: str, value, *, minimum: int | None = None) -> int:
+def check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     """Return ``value`` as an ``int``; reject bools, floats and values below ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if minimum is not None and value < minimum:
+    number = int(value)
+    if minimum is not None and number < minimum:
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
             minimum, f"an integer >= {minimum}"
         )
-        raise ValueError(f"{name} must be {kind}, got {value}")
-    return value
+        raise ValueError(f"{name} must be {kind}, got {number}")
+    return number
 
 
-def check_length(name: str, value) -> int:
+def check_length(name: str, value: Any) -> int:
     """Return a count of positions ``0 .. value-1`` (a table size, a grid side) as an ``int``.
 
     Non-negative, and at most ``MAX_POSITION`` so that the last position lies
     strictly within ``MAX_POSITION`` of 0.
     """
-    value = check_int(name, value, minimum=0)
-    if value > MAX_POSITION:
+    length = check_int(name, value, minimum=0)
+    if length > MAX_POSITION:
         raise ValueError(
             f"{name} must be <= 2**31 = {MAX_POSITION} (positions 0 .. {name} - 1 lie strictly "
-            f"within 2**31 of 0), got {value}"
+            f"within 2**31 of 0), got {length}"
         )
-    return value
+    return length
 
 
-def check_even(name: str, value, *, minimum: int = 2) -> int:
+def check_even(name: str, value: Any, *, minimum: int = 2) -> int:
     """Return ``value`` as an ``int`` if it is even and at least ``minimum``."""
-    value = check_int(name, value, minimum=minimum)
-    if value % 2:
-        raise ValueError(f"{name} must be an even integer >= {minimum}, got {value}")
-    return value
+    number = check_int(name, value, minimum=minimum)
+    if number % 2:
+        raise ValueError(f"{name} must be an even integer >= {minimum}, got {number}")
+    return number
 
 
-def check_float(name: str, value, *, positive: bool = False, minimum: float | None = None) -> float:
+def check_float(
+    name: str, value: Any, *, positive: bool = False, minimum: float | None = None
+) -> float:
     """Return ``value`` as a finite ``float``, optionally requiring ``> 0`` or ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
-    value = float(value)
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{name} must be finite, got {value}")
-    if positive and value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    number = float(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {number}")
+    if positive and number <= 0:
+        raise ValueError(f"{name} must be > 0, got {number}")
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {number}")
+    return number
 
 
-def check_choice(name: str, value, choices: Iterable[str]) -> str:
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``choices``."""
-    choices = tuple(choices)
-    if value not in choices:
-        allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    allowed = tuple(choices)
+    if not isinstance(value, str) or value not in allowed:
+        listed = ", ".join(repr(c) for c in allowed)
+        raise ValueError(f"{name} must be one of {listed}, got {value!r}")
     return value
 
 
-def check_tensor(name: str, value, *, min_dim: int = 0) -> torch.Tensor:
+def check_tensor(name: str, value: Any, *, min_dim: int = 0) -> torch.Tensor:
     """Return ``value`` if it is a tensor with at least ``min_dim`` dimensions."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -98,15 +102,17 @@ def check_tensor(name: str, value, *, min_dim: int = 0) -> torch.Tensor:
     return value
 
 
-def check_floating(name: str, value, *, min_dim: int = 0) -> torch.Tensor:
+def check_floating(name: str, value: Any, *, min_dim: int = 0) -> torch.Tensor:
     """Return ``value`` if it is a floating-point tensor with at least ``min_dim`` dimensions."""
-    value = check_tensor(name, value, min_dim=min_dim)
-    if not value.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
-    return value
+    t = check_tensor(name, value, min_dim=min_dim)
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    return t
 
 
-def as_positions(name: str, value, *, device=None, limit: int | None = MAX_POSITION):
+def as_positions(
+    name: str, value: Any, *, device: Device = None, limit: int | None = MAX_POSITION
+) -> torch.Tensor:
     """Return integer positions as an ``int64`` tensor on ``device``.
 
     Accepts an integer tensor, or a sequence/range of Python ints.  Float
@@ -166,14 +172,16 @@ def beyond_limit(positions: torch.Tensor, limit: int = MAX_POSITION) -> torch.Te
     return (positions <= -limit) | (positions >= limit)
 
 
-def check_float_dtype(name: str, dtype) -> torch.dtype:
+def check_float_dtype(name: str, dtype: Any) -> torch.dtype:
     """Return ``dtype`` if it is a floating-point ``torch.dtype``."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
     return dtype
 
 
-def check_heads(owner: str, q, num_heads: int, *, head_dim: int | None = None) -> None:
+def check_heads(
+    owner: str, q: torch.Tensor, num_heads: int, *, head_dim: int | None = None
+) -> None:
     """Raise unless ``q`` is ``(..., num_heads, q_len, head_dim)``; ``owner`` names the scheme."""
     dim = "d" if head_dim is None else f"head_dim={head_dim}"
     if (
@@ -187,7 +195,7 @@ def check_heads(owner: str, q, num_heads: int, *, head_dim: int | None = None) -
         )
 
 
-def check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:
+def check_offset(q_len: int, k_len: int, q_offset: Any, *, causal: bool) -> int:
     """Return the position of the first query among the keys (default ``k_len - q_len``).
 
     With ``causal=True`` the offset must be >= 0 (else the first query sees no
@@ -195,27 +203,27 @@ def check_offset(q_len: int, k_len: int, q_offset, *, causal: bool) -> int:
     strictly within ``MAX_POSITION`` of 0.
     """
     if q_offset is None:
-        q_offset = k_len - q_len
-        if causal and q_offset < 0:
+        offset = k_len - q_len
+        if causal and offset < 0:
             raise ValueError(
                 f"a causal mask needs q_len <= k_len when q_offset is not given "
                 f"(queries align with the last keys), got q_len={q_len}, k_len={k_len}"
             )
     else:
-        q_offset = check_int("q_offset", q_offset)
-        if causal and q_offset < 0:
-            raise ValueError(f"q_offset must be >= 0 with causal=True, got {q_offset}")
+        offset = check_int("q_offset", q_offset)
+        if causal and offset < 0:
+            raise ValueError(f"q_offset must be >= 0 with causal=True, got {offset}")
     try:
-        check_position_range("q_offset", q_offset, q_offset + q_len - 1)
+        check_position_range("q_offset", offset, offset + q_len - 1)
     except ValueError:
         raise ValueError(
             f"q_offset must keep every query position q_offset .. q_offset + q_len - 1 strictly "
-            f"within 2**31 = {MAX_POSITION} of 0, got q_offset={q_offset} with q_len={q_len}"
+            f"within 2**31 = {MAX_POSITION} of 0, got q_offset={offset} with q_len={q_len}"
         ) from None
-    return q_offset
+    return offset
 
 
-def check_position_values(name: str, positions: torch.Tensor, *, limit: int = MAX_POSITION):
+def check_position_values(name: str, positions: torch.Tensor, *, limit: int = MAX_POSITION) -> None:
     """Raise if a position lies ``limit`` or more from 0 (when values are readable).
 
     One host read (min and max together); nothing while tracing or for meta
@@ -226,7 +234,7 @@ def check_position_values(name: str, positions: torch.Tensor, *, limit: int = MA
         check_position_range(name, lo, hi, limit)
 
 
-def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
+def check_mask(name: str, value: Any, q: torch.Tensor, k_len: int) -> torch.Tensor:
     """Return a caller's mask or bias for scores ``(*q.shape[:-2], q_len, k_len)``.
 
     A boolean tensor is a keep-mask, a floating one is additive; other dtypes
@@ -235,8 +243,9 @@ def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
     ambiguous.  With more than 4 score axes, the batch axes are merged as
     :func:`posenc.attention` merges those of ``q``.
     """
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    t: torch.Tensor = value
     if t.dtype != torch.bool and not t.is_floating_point():
         raise TypeError(
             f"{name} must be a boolean keep-mask (True = attend) or a floating additive mask, "
@@ -266,25 +275,29 @@ def check_mask(name: str, t, q: torch.Tensor, k_len: int) -> torch.Tensor:
     return t
 
 
-def check_build_args(num_heads, head_dim, max_len, causal):
+def check_build_args(
+    num_heads: Any, head_dim: Any, max_len: Any, causal: Any
+) -> tuple[int, int, int | None]:
     """``(num_heads, head_dim, max_len)`` of a scheme's ``build``, checked under those names."""
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {type(causal).__name__} {causal!r}")
-    num_heads = check_int("num_heads", num_heads, minimum=1)
-    head_dim = check_int("head_dim", head_dim, minimum=1)
-    max_len = None if max_len is None else check_int("max_len", max_len, minimum=1)
-    return num_heads, head_dim, max_len
+    heads = check_int("num_heads", num_heads, minimum=1)
+    dim = check_int("head_dim", head_dim, minimum=1)
+    length = None if max_len is None else check_int("max_len", max_len, minimum=1)
+    return heads, dim, length
 
 
 def warn_caller(message: str, category: type[Warning]) -> None:
     """``warnings.warn`` attributed to the first frame outside posenc: the user's call."""
     import os
     import sys
+    import types
     import warnings
 
     package = os.path.dirname(os.path.abspath(__file__))
     # stacklevel 1 is this function, 2 its caller (frame 1), ...
-    level, frame = 2, sys._getframe(1)
+    level = 2
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, category, stacklevel=level)

@@ -26,7 +26,9 @@ __all__: list[str] = []  # private module
 
 def tracing() -> bool:
     """Whether a graph is being traced (torch.compile, torch.export, torch.jit.trace)."""
-    return torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+    # torch.jit re-exports is_tracing without listing it in __all__
+    jit_tracing: bool = torch.jit.is_tracing()  # type: ignore[attr-defined,no-untyped-call]
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting() or jit_tracing
 
 
 def symbolic(t: torch.Tensor) -> bool:

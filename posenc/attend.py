@@ -50,6 +50,7 @@ from __future__ import annotations
 import torch
 
 from . import flex
+from ._types import Positions
 from .context import CallContext, prepare
 from .scheme import PositionalScheme, as_scheme
 
@@ -66,8 +67,8 @@ def attention(
     bias: torch.Tensor | None = None,
     causal: bool = False,
     q_offset: int | None = None,
-    q_positions=None,
-    k_positions=None,
+    q_positions: Positions | None = None,
+    k_positions: Positions | None = None,
     scale: float | None = None,
     backend: str = "auto",
 ) -> torch.Tensor:
@@ -166,13 +167,15 @@ def attention(
         q, k, v, mask=mask, bias=bias, causal=causal, q_offset=q_offset,
         q_positions=q_positions, k_positions=k_positions, scale=scale,
     )  # fmt: skip
+    assert v4 is not None  # prepare returns v as 4-D when it is given
     scheme = as_scheme(encoding)
     out = run(scheme, q4, k4, v4, ctx, backend=backend)
     return out.reshape(*q.shape[:-1], v.shape[-1])
 
 
 def run(
-    scheme: PositionalScheme, q, k, v, ctx: CallContext, *, backend: str = "auto",
+    scheme: PositionalScheme, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    ctx: CallContext, *, backend: str = "auto",
     rotated: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """Attention for validated 4-D tensors and their context: ``rotate``, then flex or ``attend``.
@@ -187,7 +190,7 @@ def run(
             t.requires_grad for t in (q, k, v, *scheme.parameters())
         )
         if flex.choose(backend, scheme, q, k, ctx, needs_grad=needs_grad):
-            out = flex.run(scheme, q, k, v, ctx, explicit=backend == "flex")
+            out: torch.Tensor | None = flex.run(scheme, q, k, v, ctx, explicit=backend == "flex")
             if out is not None:
                 return out
     return scheme.attend(q, k, v, ctx)
@@ -202,8 +205,8 @@ def attention_weights(
     bias: torch.Tensor | None = None,
     causal: bool = False,
     q_offset: int | None = None,
-    q_positions=None,
-    k_positions=None,
+    q_positions: Positions | None = None,
+    k_positions: Positions | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
     """The attention matrix ``(*q.shape[:-2], q_len, k_len)`` that :func:`attention` applies.

@@ -11,7 +11,7 @@ queries at ``q_offset .. q_offset+q_len-1``), the caller's ``q_positions`` and
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -24,6 +24,7 @@ from ._checks import (
     check_position_values,
     warn_caller,
 )
+from ._types import Positions
 from .masks import as_4d, combine
 
 __all__ = ["CallContext"]
@@ -80,8 +81,8 @@ class CallContext(NamedTuple):
         q: torch.Tensor,
         k: torch.Tensor,
         *,
-        q_positions=None,
-        k_positions=None,
+        q_positions: Positions | None = None,
+        k_positions: Positions | None = None,
         q_offset: int | None = None,
         scale: float | None = None,
         causal: bool = False,
@@ -122,7 +123,7 @@ class CallContext(NamedTuple):
 
 
 def as_context(
-    q: torch.Tensor, k: torch.Tensor, ctx: object, *legacy: object, hook: str = "the hook"
+    q: torch.Tensor, k: torch.Tensor, ctx: Any, *legacy: Any, hook: str = "the hook"
 ) -> CallContext:
     """``ctx``, or a context built from a hook's old positional arguments.
 
@@ -162,7 +163,19 @@ def as_context(
     return CallContext.of(q, k, q_positions=ctx, k_positions=k_positions, scale=scale)
 
 
-def prepare(q, k, v, *, mask, bias, causal, q_offset, q_positions, k_positions, scale):
+def prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor | None,
+    *,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    causal: bool,
+    q_offset: int | None,
+    q_positions: Positions | None,
+    k_positions: Positions | None,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, CallContext]:
     """Validate the arguments of :func:`posenc.attention`: ``(q, k, v)`` as 4-D, and the context.
 
     ``v`` may be ``None`` (:func:`posenc.attention_weights`).
@@ -213,7 +226,7 @@ def prepare(q, k, v, *, mask, bias, causal, q_offset, q_positions, k_positions, 
     return q4, k4, v4, ctx
 
 
-def _check_heads(q, k, v):
+def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
     if q.dim() < 3:
         return
     if q.shape[:-3] != k.shape[:-3] or (v is not None and v.shape[:-3] != k.shape[:-3]):
@@ -241,7 +254,13 @@ def _to_4d(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1, *t.shape[-3:])
 
 
-def _positions(q, k_len, q_offset, q_positions, k_positions):
+def _positions(
+    q: torch.Tensor,
+    k_len: int,
+    q_offset: int,
+    q_positions: Positions | None,
+    k_positions: Positions | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Integer positions ``(len,)`` or ``(batch, len)`` for the scheme hooks, on q's device."""
     q_len, device = q.shape[-2], q.device
     if q_positions is None and k_positions is None:
@@ -267,7 +286,9 @@ def _positions(q, k_len, q_offset, q_positions, k_positions):
     return q_positions, k_positions
 
 
-def _check_positions(name, value, q, length, length_name):
+def _check_positions(
+    name: str, value: Positions, q: torch.Tensor, length: int, length_name: str
+) -> torch.Tensor:
     t = as_positions(name, value, device=q.device)
     if t.dim() not in (1, 2) or t.shape[-1] != length:
         raise ValueError(

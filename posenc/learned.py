@@ -20,8 +20,8 @@ from ._checks import (
     check_float,
     check_float_dtype,
     check_int,
-    has_values,
 )
+from ._runtime import has_values
 
 __all__ = ["LearnedEmbedding"]
 

@@ -20,12 +20,13 @@ from typing import NamedTuple
 import torch
 
 from ._checks import check_int, check_offset
+from ._types import Device
 
 __all__ = ["causal_mask", "merge_masks", "Masks"]
 
 
 def causal_mask(
-    q_len: int, k_len: int, q_offset: int | None = None, *, device=None
+    q_len: int, k_len: int, q_offset: int | None = None, *, device: Device = None
 ) -> torch.Tensor:
     """Boolean ``(q_len, k_len)`` mask, ``True`` where query ``i`` may see key ``j``.
 
@@ -85,15 +86,15 @@ class Masks(NamedTuple):
 
 
 def merge_masks(
-    mask,
-    bias,
+    mask: torch.Tensor | None,
+    bias: torch.Tensor | None,
     *,
     causal: bool,
     q_offset: int,
     q_len: int,
     k_len: int,
     dtype: torch.dtype,
-    device,
+    device: Device,
     allow_is_causal: bool = False,
 ) -> Masks:
     """Combine the caller's mask, the causal mask and a scheme's bias into one.
@@ -146,7 +147,7 @@ def merge_masks(
     return Masks(as_4d(merged).contiguous(), False, seen)
 
 
-def combine(a, b):
+def combine(a: torch.Tensor | None, b: torch.Tensor) -> torch.Tensor:
     """One mask from two: ``&`` of keep-masks, ``+`` of additive ones, ``-inf`` where mixed."""
     if a is None:
         return b

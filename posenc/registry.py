@@ -21,6 +21,8 @@ head_dim, *, max_len=None, causal=True, **options)``.
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
+from typing import Any
 
 __all__ = ["SCHEMES", "scheme_table"]
 
@@ -43,16 +45,17 @@ _ENTRIES = {
 }
 
 
-def _load(path: str) -> type:
+def _load(path: str) -> type[Any]:
     module, name = path.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    cls: type[Any] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return cls
 
 
 #: Short name -> scheme class, in the order the schemes were registered.
-SCHEMES: dict[str, type] = {name: _load(path) for name, path in _ENTRIES.items()}
+SCHEMES: dict[str, type[Any]] = {name: _load(path) for name, path in _ENTRIES.items()}
 
 
-def modules() -> list:
+def modules() -> list[ModuleType]:
     """The modules of the registered schemes (``import posenc`` exports their ``__all__``)."""
     return list(
         dict.fromkeys(
@@ -61,7 +64,7 @@ def modules() -> list:
     )
 
 
-def scheme_table(num_heads: int = 8, head_dim: int = 64) -> list[dict]:
+def scheme_table(num_heads: int = 8, head_dim: int = 64) -> list[dict[str, Any]]:
     """One row per registered scheme: what the book's tables of schemes show.
 
     Keys: ``name``, ``class``, ``acts_on`` (``"attention"`` or ``"input"``),

@@ -67,11 +67,11 @@ from ._checks import (
     check_floating,
     check_int,
     check_position_values,
-    has_values,
 )
 from ._rope_kernels import compiled_ok as _compiled_ok
 from ._rope_kernels import eager_ok as _fast_ok
 from ._rope_kernels import rotate as _rotate
+from ._runtime import has_values
 from .context import as_context
 from .scaling import RopeScaling
 from .scheme import PositionalScheme

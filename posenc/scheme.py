@@ -59,12 +59,18 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from . import sdpa as _sdpa
 from ._checks import check_build_args, warn_caller
+from ._types import Positions, ScoreMod
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 from .context import CallContext, prepare
 
 __all__ = ["NoPE", "PositionalScheme"]
@@ -111,7 +117,9 @@ class PositionalScheme(nn.Module):
 
     # --- hooks ---------------------------------------------------------------------------
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext):
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return ``(q, k)`` transformed at ``ctx.q_positions`` and ``ctx.k_positions``.
 
         Identity by default.  Each token must be transformed by its own position
@@ -120,7 +128,7 @@ class PositionalScheme(nn.Module):
         """
         return q, k
 
-    def score_mod(self, ctx: CallContext):
+    def score_mod(self, ctx: CallContext) -> ScoreMod | None:
         """FlexAttention form of the scheme's score change, or ``None``.
 
         Returns ``f(score, b, h, q_pos, k_pos) -> score + term``: ``score`` is
@@ -136,7 +144,7 @@ class PositionalScheme(nn.Module):
         """
         return None
 
-    def bias(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext):
+    def bias(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor | None:
         """Additive score bias for the eager path, or ``None``.
 
         Added to the scaled scores ``ctx.scale * q @ k.T``; it must broadcast
@@ -152,7 +160,9 @@ class PositionalScheme(nn.Module):
         mod = self.score_mod(ctx)
         return None if mod is None else score_mod_bias(mod, ctx)
 
-    def attend(self, q, k, v, ctx: CallContext) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+    ) -> torch.Tensor:
         """Attention output ``(batch, heads, q_len, d_v)``, from ``q``, ``k`` after :meth:`rotate`.
 
         The default adds :meth:`bias` to the scores through
@@ -163,7 +173,7 @@ class PositionalScheme(nn.Module):
             q_offset=ctx.q_offset, scale=ctx.scale,
         )  # fmt: skip
 
-    def weights(self, q, k, ctx: CallContext) -> torch.Tensor:
+    def weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """The ``(batch, heads, q_len, k_len)`` matrix :meth:`attend` applies to the values.
 
         The default computes the same logits explicitly (``ctx.scale * q @ k.T``
@@ -179,14 +189,18 @@ class PositionalScheme(nn.Module):
     # --- calling a scheme ----------------------------------------------------------------
 
     def forward(
-        self, q, k, v, *, mask=None, bias=None, causal=False, q_offset=None,
-        q_positions=None, k_positions=None, scale=None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+        mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+        causal: bool = False, q_offset: int | None = None,
+        q_positions: Positions | None = None, k_positions: Positions | None = None,
+        scale: float | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """``posenc.attention(q, k, v, encoding=self, backend="eager", ...)``: its own path."""
         q4, k4, v4, ctx = prepare(
             q, k, v, mask=mask, bias=bias, causal=causal, q_offset=q_offset,
             q_positions=q_positions, k_positions=k_positions, scale=scale,
         )  # fmt: skip
+        assert v4 is not None  # prepare returns v as 4-D when it is given
         q4, k4 = self.rotate(q4, k4, ctx)
         return self.attend(q4, k4, v4, ctx).reshape(*q.shape[:-1], v.shape[-1])
 
@@ -194,7 +208,7 @@ class PositionalScheme(nn.Module):
 
     @classmethod
     def build(cls, num_heads: int, head_dim: int, *, max_len: int | None = None,
-              causal: bool = True, **options):  # fmt: skip
+              causal: bool = True, **options: Any) -> Self:  # fmt: skip
         """An instance for ``num_heads`` query heads of size ``head_dim``.
 
         What the lab and the tests call.  ``max_len`` is the training length
@@ -246,13 +260,13 @@ class PositionalScheme(nn.Module):
         """Whether the class adds anything to the scores (``score_mod`` or ``bias``)."""
         return any(_owner(cls, n) is not PositionalScheme for n in ("score_mod", "bias"))
 
-    def _apply(self, fn, recurse=True):
-        exact = {
-            n: self._buffers[n] for n in self.float64_buffers if self._buffers.get(n) is not None
-        }
-        out = super()._apply(fn, recurse)
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
+        exact = {n: t for n in self.float64_buffers if (t := self._buffers.get(n)) is not None}
+        out: Self = super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         for name, t in exact.items():  # device moves only: a cast would round them
-            self._buffers[name] = t.to(device=self._buffers[name].device)
+            moved = self._buffers[name]
+            assert moved is not None
+            self._buffers[name] = t.to(device=moved.device)
         return out
 
 
@@ -280,12 +294,20 @@ class NoPE(PositionalScheme):
     reference = "kazemnejad2023nope"
 
     @classmethod
-    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         check_build_args(num_heads, head_dim, max_len, causal)
         return cls(**options)
 
 
-def score_mod_bias(mod, ctx: CallContext) -> torch.Tensor:
+def score_mod_bias(mod: ScoreMod, ctx: CallContext) -> torch.Tensor:
     """A ``score_mod``'s term as a dense bias, ``(batch|1, heads|1, q_len, k_len)``.
 
     Evaluates ``mod(0, b, h, q_pos, k_pos)`` on broadcast index tensors, in
@@ -301,7 +323,7 @@ def score_mod_bias(mod, ctx: CallContext) -> torch.Tensor:
     return mod(zero, b, h, qp, kp)
 
 
-def as_scheme(encoding) -> PositionalScheme:
+def as_scheme(encoding: object) -> PositionalScheme:
     """``encoding`` if it is a :class:`PositionalScheme`, :class:`NoPE` for ``None``."""
     if encoding is None:
         return _NOPE
@@ -340,9 +362,10 @@ def __getattr__(name: str) -> object:
     return getattr(importlib.import_module(f"posenc.{home}"), name)
 
 
-def _owner(cls, name: str) -> type:
+def _owner(cls: type, name: str) -> type:
     """The class in ``cls``'s hierarchy that defines method ``name``."""
-    return next(c for c in cls.__mro__ if name in c.__dict__)
+    owner: type = next(c for c in cls.__mro__ if name in c.__dict__)
+    return owner
 
 
 _NOPE = NoPE()

@@ -80,8 +80,16 @@ def dot_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def scaled_dot_product(
-    q, k, v, *, mask=None, bias=None, causal: bool = False, q_offset=None, scale=None
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    causal: bool = False,
+    q_offset: int | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
     """PyTorch's SDPA with the shared mask handling: the path of every ``rotate``/``bias`` scheme.
 
     ``q`` ``(batch, heads, q_len, d)``; ``k``, ``v`` with ``kv_heads``
@@ -155,7 +163,14 @@ def scaled_dot_product(
     return out if m.seen is None else torch.where(m.seen, out, 0.0)
 
 
-def softmax_weights(logits, *, mask=None, bias=None, causal: bool = False, q_offset=None):
+def softmax_weights(
+    logits: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    causal: bool = False,
+    q_offset: int | None = None,
+) -> torch.Tensor:
     """Softmax of explicit ``logits`` ``(batch, heads, q_len, k_len)`` with the shared masks.
 
     The path of every scheme that computes its scores itself.  ``mask``,
@@ -201,5 +216,5 @@ def softmax_weights(logits, *, mask=None, bias=None, causal: bool = False, q_off
     return w if m.seen is None else torch.where(m.seen, w, 0.0)
 
 
-def _needs_grad(*tensors) -> bool:
+def _needs_grad(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
