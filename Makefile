@@ -32,12 +32,17 @@ lint: env
 	$(BIN)/ruff check posenc tests benchmarks book
 	$(BIN)/ruff format --check posenc tests benchmarks book/_ext
 
-.PHONY: doctest
+.PHONY: doctest typecheck
 
 # The Examples sections of the docstrings, run as tests (option flags in pyproject.toml):
 # an example whose printed output changes fails `make test`.
 doctest: env
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --doctest-modules posenc
+
+# mypy --strict on posenc/, configured in pyproject.toml ([tool.mypy]; what it leaves out is
+# named there): the annotations users' type checkers read (posenc ships py.typed).
+typecheck: env
+	$(BIN)/mypy
 
 # Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
 # run, split by file so that each notebook keeps one kernel.
