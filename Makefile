@@ -1,8 +1,10 @@
 # Two commands do all the set-up on a fresh machine with Python >= 3.10:
 #   make book   builds the site into _build/html (creating .venv first)
-#   make test   runs every check: lint, unit tests, nbval over every chapter,
-#               the book build with warnings as errors, the offline-site scan, and
-#               every page opened in headless Chromium (screenshots: _build/screenshots)
+#   make test   runs every check: lint, unit tests and nbval over every chapter (pinned
+#               to AVX2 on x86-64), the compiled paths again natively, the upstream
+#               checks (information), the book build with warnings as errors, the
+#               offline-site scan, and every page opened in headless Chromium
+#               (screenshots: _build/screenshots)
 # .ci/run calls `make test`.
 
 SHELL := /bin/bash
@@ -13,7 +15,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 JOBS   ?= 2
 
-.PHONY: book test lint unit notebooks site browser browser-deps env clean run repository-url dist
+.PHONY: book test lint unit native upstream notebooks site browser browser-deps env clean run repository-url dist
 
 env: $(VENV)/.installed
 
@@ -32,25 +34,41 @@ lint: env
 	$(BIN)/ruff check posenc tests benchmarks book
 	$(BIN)/ruff format --check posenc tests benchmarks book/_ext
 
-.PHONY: doctest typecheck
+.PHONY: doctest
 
 # The Examples sections of the docstrings, run as tests (option flags in pyproject.toml):
 # an example whose printed output changes fails `make test`.
 doctest: env
 	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --doctest-modules posenc
 
-# mypy --strict on posenc/, configured in pyproject.toml ([tool.mypy]; what it leaves out is
-# named there): the annotations users' type checkers read (posenc ships py.typed).
-typecheck: env
-	$(BIN)/mypy
+# On x86-64 the main run is pinned to AVX2 (PyTorch's kernels, MKL's and oneDNN's), so
+# that every x86 machine takes the same code paths, and a machine with AVX-512 re-runs
+# the chapters, whose outputs are stored from a native run, under a second instruction set.
+ifeq ($(shell uname -m),x86_64)
+AVX2 := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+endif
+# The compiled paths (FlexAttention, the fused RoPE), run again under the CPU's own ISA.
+FUSED := tests/test_flex.py tests/test_flex_sweep.py tests/test_flex_schemes_sweep.py \
+	tests/test_flex_workarounds.py tests/test_fused_rope.py
 
 # Unit tests and nbval (stored outputs compared with a fresh run) in one pytest
 # run, split by file so that each notebook keeps one kernel.
 # One thread per worker (and per notebook kernel): $(JOBS) workers already fill the
 # cores, and more threads than cores make the many tiny ops wait on each other.
 unit: env
-	OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
+	$(AVX2) OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile --nbval --nbval-sanitize-with .ci/nbval-sanitize.cfg \
 		--ignore=tests/test_site.py --ignore=tests/test_browser.py tests book
+
+native: env
+	OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile $(FUSED)
+
+# The upstream faults posenc routes around, for information: each check prints
+# "present" or "absent" (README, "Upstream workarounds") and fails only if it breaks.
+upstream: env
+	@for check in .ci/upstream/*.py; do \
+		echo "== $$check (native)"; $(BIN)/python $$check; \
+		if [ -n "$(AVX2)" ]; then echo "== $$check ($(AVX2))"; $(AVX2) $(BIN)/python $$check; fi; \
+	done
 
 # Scans the built HTML for anything loaded from another host.
 site: book
@@ -68,7 +86,7 @@ browser-deps:
 browser: book browser-deps
 	$(BIN)/pytest tests/test_browser.py
 
-test: lint unit site browser
+test: lint unit native upstream site browser
 
 # the docstrings' examples run in `make test` too
 test: doctest

@@ -55,7 +55,6 @@ import torch.nn.functional as F
 
 import posenc
 from posenc import _memory
-from posenc.flex import _compiled as compiled_flex
 
 try:  # same directory: the memory measures shared with the KV-cache benchmark
     from bench_kv_cache import peak_rss_growth_mib, torch_peak_mib
@@ -137,7 +136,7 @@ def attention_section(repeats: int):
         t5_dense = t5(n).float()
     t5_mask4 = t5_dense.masked_fill(~keep, -math.inf)[None].contiguous()
 
-    from torch.nn.attention.flex_attention import create_block_mask
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     block = create_block_mask(lambda b, h, qi, ki: ki <= qi, None, None, n, n, device=DEVICE)
     # the schemes of issue 20 at their initial parameters (speed does not depend on them)
@@ -147,7 +146,7 @@ def attention_section(repeats: int):
     def docs_alibi(score, b, h, qi, ki):  # the ALiBi of PyTorch's FlexAttention docs
         return score + slopes[h] * (ki - qi)
 
-    flex = compiled_flex()
+    flex = torch.compile(flex_attention, dynamic=False)  # as a user writes it for one shape
     fns = {
         "SDPA is_causal (baseline)": lambda: F.scaled_dot_product_attention(
             q, k, v, is_causal=True

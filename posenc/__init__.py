@@ -50,7 +50,7 @@ from .convert import half_to_interleaved, interleaved_to_half, rope_layout_permu
 from .cope import CoPE
 from .da_transformer import DAAttention, learnable_sigmoid
 from .fire import FIRE
-from .flex import flex_available, supports_flex
+from .flex import PaddedHeadDim, flex_available, supports_flex
 from .hf import ROPE_TYPES, rope_from_transformers, rope_scaling_from_transformers
 from .kerple import Kerple
 from .kv_cache import KVCache
@@ -105,6 +105,7 @@ __all__ = [
     "repeat_kv",
     "flex_available",
     "supports_flex",
+    "PaddedHeadDim",
     # the scheme contract and the registry
     "PositionalScheme",
     "CallContext",

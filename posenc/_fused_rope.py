@@ -16,25 +16,25 @@ float64 inputs), so angles are never formed in low precision; a bf16/fp16 input
 is rotated in float32 and rounded once.  :func:`rotate_pair` rotates q and k in
 one compiled graph (one launch, one pass over each).
 
-Compiled functions are built once per process (module level), each its own
-compiled region with ``fullgraph=True`` and its own recompile limit.  Sequence
-lengths are dynamic (marked on views, never on the caller's tensors), so after
-a first static graph one graph serves every length; before this, each length
-compiled anew and after Dynamo's limit of 8 the unfused Python ran, 3-8x slower
-than eager.  A compile failure is remembered for that signature, warned about
+Each function and signature (dtypes, device, ranks, feature sizes) is its own
+compiled region (:mod:`posenc._compile`: ``fullgraph=True``, sequence lengths
+marked dynamic on views, never on the caller's tensors, everything else
+static), so one graph serves every length; before this, each length compiled
+anew and after Dynamo's limit of 8 the unfused Python ran, 3-8x slower than
+eager.  A compile failure is remembered for that signature, warned about
 once, and the eager kernel runs.  The interleaved layout always takes the
 eager kernel: its one complex multiply measured faster than Inductor's pair
 shuffle.  :func:`usable` says when the path may run: outside tracing and
 functorch transforms, on plain CPU or CUDA tensors with values, without
-autograd, where :func:`posenc.flex_available` says compiling works.
+autograd, where a compiler is there (a C++ compiler on a CPU, Triton on a GPU).
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
-
 import torch
+
+from . import _compile
+from ._checks import warn_caller
 
 __all__: list[str] = []  # private module
 
@@ -76,38 +76,9 @@ def _rotate_pair(q, k, cq, sq, ck, sk, half: bool):
     return _rotate(q, cq, sq, half), _rotate(k, ck, sk, half)
 
 
-@functools.cache
-def _compiled(name: str):
-    """One compiled region per function, its own recompile limit, lengths dynamic.
-
-    ``fullgraph=True``: past the limit Dynamo raises instead of running the
-    unfused Python (what made ``compiled=True`` 3-8x slower than eager after a
-    dozen lengths); :func:`rotate` then takes the eager kernel with a warning.
-    """
-    from .flex import _compile_options
-
-    fn = {"one": _rotate, "pair": _rotate_pair}[name]
-    return torch.compile(fn, **_compile_options())
-
-
-def _lengths_dynamic(*tensors):
-    """Views whose sequence dimension (``-2``) is symbolic; the other sizes stay static."""
-    views = []
-    for t in tensors:
-        t = t.view(t.shape)
-        for d in range(t.dim()):
-            if d != t.dim() - 2:
-                torch._dynamo.mark_static(t, d)
-        if t.shape[-2] > 1:
-            torch._dynamo.maybe_mark_dynamic(t, t.dim() - 2)
-        views.append(t)
-    return views
-
-
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether the compiled path may run on these tensors right now."""
     from ._runtime import has_values
-    from .flex import flex_available
 
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
@@ -116,7 +87,7 @@ def usable(*tensors: torch.Tensor) -> bool:
             return False
         if t.device.type not in ("cpu", "cuda"):
             return False
-    return flex_available(tensors[0].device)
+    return _compile.missing_compiler(tensors[0].device.type) is None
 
 
 # (function, signature without lengths) -> why compiling failed; that signature runs eager.
@@ -132,17 +103,19 @@ def _try(name, tensors, layout):
     key = _signature(name, tensors, layout)
     if key in _failed:
         return None
+    fn = {"one": _rotate, "pair": _rotate_pair}[name]
     try:
-        return _compiled(name)(*_lengths_dynamic(*tensors), layout == "half")
-    except Exception as exc:  # compile error, or this region's recompile limit
+        views = _compile.dynamic_views(*tensors, dims=(-2,))
+        device = tensors[0].device.type
+        return _compile.call(fn, key, f"rope_{name}", device, *views, layout == "half")
+    except Exception as exc:  # compile error
         text = str(exc).strip().splitlines()
         why = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
         _failed[key] = why
-        warnings.warn(
+        warn_caller(
             f"posenc RoPE compiled=True: compiling failed for this signature, the eager "
             f"kernel runs instead from here on ({why})",
             RuntimeWarning,
-            stacklevel=4,
         )
         return None
 

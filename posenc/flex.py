@@ -28,34 +28,44 @@ into its ``-inf`` entries (the block mask) and its finite part (added in the
 score_mod).  A query that sees no key gets the zero vector, as everywhere in
 posenc.
 
-Compiling, per device.  Each scheme class gets its own compiled FlexAttention
-(``torch.compile`` with per-call options only; posenc changes no global
-compiler setting), so one scheme's graphs and failures never touch another's.
+Compiling, per device.  Each scheme class and call signature (dtype, device,
+batch, head counts, head dimension, mask form) gets its own compiled region
+(:mod:`posenc._compile`: ``dynamic=False`` with only the sequence lengths
+marked dynamic, a fresh code object per region, the CPU's vector ISA in the
+cache key; posenc changes no global compiler setting).  So one scheme's graphs
+and failures never touch another's, and no call depends on what ran before.
 
 * CPU: Inductor writes a C++ kernel and builds it with the system's C++
-  compiler.  Sequence lengths are dynamic (marked on views of q, k and v, so
-  the caller's tensors carry no marks): after a first graph with static
-  sizes, one graph with symbolic lengths serves every later length, so a new
-  length costs a guard check, not a compile.  Tables the kernel reads by
-  position (per-sample positions, a padding mask, a finite bias) cannot have
-  symbolic sizes (PyTorch 2.13's CPU kernel fails to build), so they are
-  padded to power-of-two buckets of at least 128: a new bucket compiles once.
-  A batch, head count or length of 1, a new dtype and a new mask form each
-  get their own graph too.  Measured with ``benchmarks/bench_fused.py`` on a
-  shared 2-core machine (load 4.7-12, three runs): 12-16 s for the first
-  compile in a process, then 0.03-1.5 s for the first call at a new length,
-  the call itself included (``benchmarks/results/fused_many_shapes.json``).
+  compiler.  One graph with symbolic lengths serves every length of a
+  signature, so a new length costs a guard check, not a compile.  Tables the
+  kernel reads by position (per-sample positions, a padding mask, a finite
+  bias) have static sizes, padded to power-of-two buckets of at least 256: a
+  new bucket compiles once.  A length of 1 (decoding) gets its own graph.
+  PyTorch's CPU kernel needs AVX2 (x86-64, not with
+  ``ATEN_CPU_CAPABILITY=default``); :func:`flex_available` says so.
 * CUDA: Inductor writes Triton kernels, with the same dynamic lengths and
   buckets (not measured here: no GPU on the benchmark machine).
 
-Compiling needs a C++ compiler on a CPU and Triton on a GPU;
-:func:`flex_available` says whether the tools are there.  Compiled with
+Upstream faults routed around (each has a standalone check in ``.ci/upstream/``
+that prints "present" or "absent", and the README says when a workaround can go):
+
+* On the CPU, PyTorch 2.13's kernel computes ``q @ k^T`` wrongly for some
+  lengths when the head dimension is below 24 and a multiple of the vector
+  width (head_dim 8 or 16 with AVX2): it reads keys past a block's tail and
+  writes scores past its row (``flex_cpu_tail_rows.py``).  posenc pads ``q``
+  and ``k`` with zeros to head_dim 32 there (the scores are unchanged) and says
+  so once with a :class:`PaddedHeadDim` warning.
+* A symbolic table size breaks the CPU kernel's build
+  (``flex_cpu_symbolic_table.py``), and Inductor's graph cache ignores the
+  vector ISA (``inductor_cache_isa.py``): the regions above avoid both.
+
+Compiling needs a C++ compiler and AVX2 on a CPU and Triton on a GPU;
+:func:`flex_available` says whether they are there.  Compiled with
 ``fullgraph=True``, FlexAttention never runs uncompiled (dense and slow): if a
-scheme's graph fails to compile, or the scheme reaches its own recompile limit
-(:data:`RECOMPILE_LIMIT` graphs), ``backend="auto"`` warns once and takes the
+scheme's graph fails to compile, ``backend="auto"`` warns once and takes the
 eager path for that scheme class and signature, and ``backend="flex"`` raises
-``RuntimeError`` quoting that scheme's failure; ``posenc.flex.failures()`` lists them.
-Block masks of the causal mask alone are cached by shape.  Under
+``RuntimeError`` quoting that scheme's failure; ``posenc.flex.failures()`` lists
+them.  Block masks of the causal mask alone are cached by shape.  Under
 ``torch.compile``/``torch.export`` tracing, functorch transforms and on meta
 tensors ``backend="auto"`` takes the eager path (traceable) and
 ``backend="flex"`` raises.  On a CPU the kernel takes float32, bfloat16 and
@@ -70,18 +80,16 @@ path rounds its dense bias to the input dtype instead.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
-import shutil
-import warnings
 
 import torch
 
-from ._checks import check_choice
+from . import _compile
+from ._checks import check_choice, warn_caller
 from ._runtime import has_values
 from .scheme import as_scheme
 
-__all__ = ["flex_available", "supports_flex"]
+__all__ = ["PaddedHeadDim", "flex_available", "supports_flex"]
 
 BACKENDS = ("auto", "flex", "eager")
 
@@ -108,65 +116,60 @@ def _compiler_missing(device_type: str) -> str | None:
     """Why FlexAttention cannot be compiled for ``device_type``, or ``None`` if it can."""
     if _flex_module() is None:
         return f"torch {torch.__version__} has no torch.nn.attention.flex_attention (needs 2.5+)"
-    if device_type == "cpu":
-        cxx = os.environ.get("CXX", "g++")
-        if shutil.which(cxx) is None and shutil.which("c++") is None:
-            return f"no C++ compiler found ({cxx!r} or 'c++'), which torch.compile needs on a CPU"
-        return None
-    if device_type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "Triton is not installed, which torch.compile needs on a GPU"
-        return None
-    return f"FlexAttention is compiled for 'cpu' and 'cuda' tensors only, got {device_type!r}"
+    if device_type not in ("cpu", "cuda"):
+        return f"FlexAttention is compiled for 'cpu' and 'cuda' tensors only, got {device_type!r}"
+    why = _compile.missing_compiler(device_type)
+    if why is None and device_type == "cpu":
+        why = _cpu_kernel_missing()
+    return why
+
+
+def _cpu_kernel_missing() -> str | None:
+    """Why PyTorch has no FlexAttention CPU kernel here, or ``None`` (its own test, mirrored)."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if capability == "default":
+        return "ATEN_CPU_CAPABILITY=default: PyTorch's FlexAttention CPU kernel needs AVX2"
+    if not torch.cpu._is_avx2_supported():
+        return "PyTorch's FlexAttention CPU kernel needs an x86-64 CPU with AVX2"
+    return None
 
 
 def flex_available(device="cpu") -> bool:
     """Whether FlexAttention can compile and run on ``device`` (a device or its type).
 
-    This says whether the tools are there (PyTorch 2.5+, a C++ compiler on a
-    CPU, Triton on a GPU).  A compile failure of one scheme is remembered for
+    This says whether the tools are there (PyTorch 2.5+, a C++ compiler and
+    AVX2 on a CPU, Triton on a GPU).  A compile failure of one scheme is remembered for
     that scheme and that signature only (see :func:`failures`), so it never
     makes this false.
     """
     return _compiler_missing(torch.device(device).type) is None
 
 
-# Compiled graphs one scheme class may hold (dtypes, mask forms, causal or not, a
-# batch or length of 1, which Dynamo specialises); lengths themselves are dynamic.
-RECOMPILE_LIMIT = 16
+# On a CPU, PyTorch 2.13's kernel is wrong below this head dimension on some ISAs
+# (.ci/upstream/flex_cpu_tail_rows.py); q and k are zero-padded to CPU_PADDED_HEAD_DIM.
+CPU_MIN_HEAD_DIM = 24
+CPU_PADDED_HEAD_DIM = 32
 
 
-def _compile_options() -> dict:
-    """Per-call ``torch.compile`` options; no global compiler setting is changed.
+class PaddedHeadDim(UserWarning):
+    """Said once: on a CPU, FlexAttention pads a head dimension below 24 (exact, slower)."""
 
-    ``dynamic=None``: the sequence dimension is marked dynamic on views of the
-    inputs (:func:`_dynamic_lengths`) and every other size stays static, so one
-    graph serves every sequence length.  ``fullgraph=True``:
-    if a scheme ever exceeds its recompile limit, Dynamo raises instead of
-    running FlexAttention uncompiled (dense and slow); posenc then falls back
-    to the eager path with a warning.  ``isolate_recompiles`` (PyTorch 2.13+)
-    gives each scheme class its own compile cache and limit, so one scheme's
-    graphs never use up another's.
+
+def _flex_call(q, k, v, blocks, mask_mod, **kwargs):
+    """FlexAttention itself; each region compiles a copy of this function (its own code object).
+
+    The block mask is built here, from its tensors ``blocks`` (or none), so that
+    its sequence lengths are those of ``q`` and ``k``: symbolic, where a
+    BlockMask made outside would carry them as constants and recompile per length.
     """
-    opts = {"dynamic": None, "fullgraph": True}
-    params = inspect.signature(torch.compile).parameters
-    if "isolate_recompiles" in params and "recompile_limit" in params:
-        opts.update(isolate_recompiles=True, recompile_limit=RECOMPILE_LIMIT)
-    return opts
-
-
-@functools.cache
-def _compiled(owner=None):
-    """``torch.compile(flex_attention)`` for one scheme class (``owner``), built once.
-
-    Dynamic shapes: on a CPU Inductor generates one C++ kernel with symbolic
-    sequence lengths, on a GPU one set of Triton kernels, so a new length
-    costs no compile (only a guard check); a batch, head count or length of
-    1 gets its own graph, as do new dtypes and mask forms.
-    """
-    return torch.compile(_flex_module().flex_attention, **_compile_options())
+    fa = _flex_module()
+    block_mask = None
+    if blocks is not None:
+        block_mask = fa.BlockMask.from_kv_blocks(
+            *blocks, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(q.shape[-2], k.shape[-2]),
+            compute_q_blocks=q.device.type != "cpu",  # for the backward, which CPUs lack
+        )  # fmt: skip
+    return fa.flex_attention(q, k, v, block_mask=block_mask, **kwargs)
 
 
 # (scheme class, signature) -> why compiling failed there: only that scheme and
@@ -196,11 +199,10 @@ def _warn_once(cls, why: str) -> None:
     key = (cls, why.split(":")[0])
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(
+        warn_caller(
             f"posenc.attention(backend='auto'): {cls.__name__} takes the eager path "
             f"(SDPA with a dense bias) from here on for this signature: {why}",
             RuntimeWarning,
-            stacklevel=4,
         )
 
 
@@ -298,10 +300,11 @@ def run(scheme, q, k, v, ctx, *, explicit: bool):
     key = (cls, *_signature(q, k, v, ctx))
     why = _failed.get(key)
     if why is None:
-        fn, args, kwargs = _prepare(scheme, q, k, v, ctx)
+        args, kwargs = _prepare(scheme, q, k, v, ctx)
+        name = f"flex_attention_{cls.__name__}"
         try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # compiling failed, or the recompile limit was reached
+            return _compile.call(_flex_call, key, name, q.device.type, *args, **kwargs)
+        except Exception as exc:  # compiling failed
             why = f"compiling FlexAttention failed ({type(exc).__name__}: {_first_line(exc)})"
             _failed[key] = why
             if explicit:
@@ -321,7 +324,7 @@ def _first_line(exc) -> str:
 
 
 def _prepare(scheme, q, k, v, ctx):
-    """The compiled function of this scheme class and its arguments."""
+    """FlexAttention's arguments for this call: ``(q, k, v)`` and its keywords."""
     mod = scheme.score_mod(ctx)
     if mod is None and type(scheme).changes_scores():
         raise ValueError(
@@ -332,29 +335,35 @@ def _prepare(scheme, q, k, v, ctx):
     keep, extra = _split_mask(ctx.mask, batch, heads, q_len, k_len)
     offset = _default_offset(ctx.q_positions, ctx.k_positions, ctx.q_offset)
     score_mod = _score_mod(mod, ctx.q_positions, ctx.k_positions, extra, batch, offset)
-    block_mask = _block_mask(keep, ctx.causal, ctx.q_offset, batch, heads, q_len, k_len, q.device)
-    kwargs = dict(
-        score_mod=score_mod, block_mask=block_mask, scale=ctx.scale, enable_gqa=k.shape[1] != heads
-    )
-    return _compiled(type(scheme)), _dynamic_lengths(q, k, v), kwargs
+    blocks, mask_mod = _block_mask(keep, ctx.causal, ctx.q_offset, q_len, k_len, q.device)
+    kwargs = dict(score_mod=score_mod, scale=ctx.scale, enable_gqa=k.shape[1] != heads)
+    q, k = _pad_head_dim(q, k)
+    return (*_compile.dynamic_views(q, k, v, dims=(2,)), blocks, mask_mod), kwargs
 
 
-def _dynamic_lengths(*tensors):
-    """Views of ``tensors`` whose sequence dimension Dynamo treats as symbolic.
+_said: set = set()
 
-    Only the lengths: a symbolic batch size breaks the CPU kernel when a mask
-    or a position table is indexed by batch (PyTorch 2.13).  Views, so that
-    the caller's tensors carry no compiler marks.
+
+def _pad_head_dim(q, k):
+    """``q`` and ``k`` zero-padded to a head dimension the CPU kernel computes right.
+
+    The padded features add exact zeros to every score, and the scale was fixed
+    from the real head dimension, so the output is unchanged.
     """
-    views = []
-    for t in tensors:
-        t = t.view(t.shape)
-        for d in (0, 1, 3):
-            torch._dynamo.mark_static(t, d)
-        if t.shape[2] > 1:
-            torch._dynamo.maybe_mark_dynamic(t, 2)
-        views.append(t)
-    return views
+    d = q.shape[-1]
+    if q.device.type != "cpu" or d >= CPU_MIN_HEAD_DIM:
+        return q, k
+    if PaddedHeadDim not in _said:
+        _said.add(PaddedHeadDim)
+        warn_caller(
+            f"posenc FlexAttention on a CPU pads head_dim {d} (< {CPU_MIN_HEAD_DIM}) with zeros "
+            f"to {CPU_PADDED_HEAD_DIM}: PyTorch's CPU kernel returns wrong rows for some lengths "
+            f"at such head dimensions on AVX2 (see the README, 'Upstream workarounds'). The "
+            f"result is exact; this is said once.",
+            PaddedHeadDim,
+        )
+    pad = (0, CPU_PADDED_HEAD_DIM - d)
+    return torch.nn.functional.pad(q, pad), torch.nn.functional.pad(k, pad)
 
 
 def _split_mask(mask, batch, heads, q_len, k_len):
@@ -414,8 +423,8 @@ def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
 
 
 def _capacity(n: int) -> int:
-    """The length bucket of ``n``: the next power of two, at least one block."""
-    return max(BLOCK, 1 << (n - 1).bit_length())
+    """The length bucket of ``n``: the next power of two, at least two blocks."""
+    return max(2 * BLOCK, 1 << (n - 1).bit_length())
 
 
 def _bucketed(t, dims):
@@ -432,7 +441,8 @@ def _bucketed(t, dims):
         n = t.shape[d]
         if n > 1:
             pad[2 * (t.dim() - 1 - d) + 1] = _capacity(n) - n
-    t = torch.nn.functional.pad(t, pad) if any(pad) else t.view(t.shape)
+    # contiguous: a static stride must not carry the caller's length (pos[:, -1:])
+    t = torch.nn.functional.pad(t, pad) if any(pad) else t.contiguous().view(t.shape)
     torch._dynamo.mark_static(t)
     return t
 
@@ -440,31 +450,35 @@ def _bucketed(t, dims):
 _causal_cache: dict = {}
 
 
-def _block_mask(keep, causal, q_offset, batch, heads, q_len, k_len, device):
-    """The block mask of the causal mask and the caller's keep-mask, or ``None`` for neither.
+def _block_mask(keep, causal, q_offset, q_len, k_len, device):
+    """The block mask of the causal mask and the caller's keep-mask: ``(blocks, mask_mod)``.
 
-    Built from block-level occupancy, O(batch * heads * (q_len / 128) * (k_len /
+    ``blocks`` is ``(kv_num_blocks, kv_indices, full_kv_num_blocks,
+    full_kv_indices)`` with their block counts marked dynamic (``_flex_call``
+    builds the BlockMask from them), or ``None`` when nothing is masked.  Built
+    from block-level occupancy, O(batch * heads * (q_len / 128) * (k_len /
     128)) plus one pass over the caller's mask, never a dense (q_len, k_len) tensor.
     """
     if causal and q_offset >= k_len - 1:
         causal = False  # every query sees every key
     if not causal and keep is None:
-        return None
-    fa = _flex_module()
+        return None, None
     key = (causal, q_offset, q_len, k_len, str(device))
     if keep is None and key in _causal_cache:
         return _causal_cache[key]
-    qb, kb = -(-q_len // BLOCK), -(-k_len // BLOCK)
+    # at least two blocks each way, the extra ones empty: Dynamo specialises a size of 1,
+    # so a single block would get a graph of its own
+    qb, kb = max(2, -(-q_len // BLOCK)), max(2, -(-k_len // BLOCK))
     q_lo = torch.arange(qb, device=device) * BLOCK  # first query of each block
     q_hi = (q_lo + BLOCK).clamp(max=q_len) - 1
     k_lo = torch.arange(kb, device=device) * BLOCK
     k_hi = (k_lo + BLOCK).clamp(max=k_len) - 1
+    real = (q_lo < q_len)[:, None] & (k_lo < k_len)[None, :]
     if causal:
-        some = k_lo[None, :] <= q_hi[:, None] + q_offset  # (qb, kb): a key visible
-        every = k_hi[None, :] <= q_lo[:, None] + q_offset  # every key visible
+        some = real & (k_lo[None, :] <= q_hi[:, None] + q_offset)  # (qb, kb): a key visible
+        every = real & (k_hi[None, :] <= q_lo[:, None] + q_offset)  # every key visible
     else:
-        some = torch.ones(qb, kb, dtype=torch.bool, device=device)
-        every = some
+        some = every = real
     some, every = some[None, None], every[None, None]
     if keep is not None:
         some = some & _blocks(keep, qb, kb, fill=False, op=torch.any)
@@ -479,18 +493,14 @@ def _block_mask(keep, causal, q_offset, batch, heads, q_len, k_len, device):
         idx = torch.argsort(~dense, dim=-1, stable=True).to(torch.int32)
         return num.contiguous(), idx.contiguous()
 
-    kv_num, kv_idx = ordered(partial)
-    full_num, full_idx = ordered(every)
-    mask_mod = _mask_mod(keep, causal, q_offset, device)
-    bm = fa.BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=BLOCK, mask_mod=mask_mod,
-        seq_lengths=(q_len, k_len),
-    )  # fmt: skip
+    # the block counts follow the lengths, so they are symbolic too
+    blocks = tuple(_compile.dynamic_views(*ordered(partial), *ordered(every), dims=(2, 3)))
+    result = blocks, _mask_mod(keep, causal, q_offset, device)
     if keep is None:
         if len(_causal_cache) >= 64:
             _causal_cache.clear()
-        _causal_cache[key] = bm
-    return bm
+        _causal_cache[key] = result
+    return result
 
 
 def _blocks(keep, qb, kb, *, fill, op):

@@ -1,5 +1,7 @@
 """Shared test set-up: a fixed seed per test and a hypothesis profile for shared machines."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -27,3 +29,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def quiet_padding_notice():
+    """Silence posenc's one-time notice that FlexAttention pads a small head dimension on a CPU."""
+    from posenc.flex import PaddedHeadDim
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PaddedHeadDim)
+        yield

@@ -430,26 +430,60 @@ def test_a_failure_is_remembered_for_its_scheme_only_and_auto_warns_once(monkeyp
     assert {name for name, *_ in flex.failures()} == {"Untraceable"}
 
 
-def test_past_the_recompile_limit_auto_warns_and_runs_eager_never_uncompiled(monkeypatch):
-    if "isolate_recompiles" not in flex._compile_options():
-        pytest.skip("this torch has no per-region recompile limit")
-    monkeypatch.setattr(flex, "RECOMPILE_LIMIT", 1)
-    monkeypatch.setattr(flex, "AUTO_MIN_SCORES", 0)
+def test_a_full_region_is_replaced_by_a_fresh_one_never_refused_or_uncompiled(monkeypatch):
+    """Past a region's recompile limit the next graph compiles in a fresh region."""
+    from posenc import _compile
+
+    monkeypatch.setattr(_compile, "RECOMPILE_LIMIT", 1)
     scheme = type("LimitedALiBi", (posenc.ALiBi,), {})(HEADS)
     attends = []
     attend = scheme.attend
     monkeypatch.setattr(scheme, "attend", lambda *a: attends.append(1) or attend(*a))
-    q, k, v = (t[:1, :, :100] for t in qkv())
-    with torch.no_grad():
-        attention(q, k, v, encoding=scheme, causal=True)  # the one graph this region may hold
-        assert attends == []
-        with pytest.warns(RuntimeWarning, match="LimitedALiBi takes the eager path"):
-            got = attention(q, k, v, encoding=scheme, causal=False)  # a second graph: over
-        assert attends == [1]
-        want = attention(q, k, v, encoding=scheme, causal=False, backend="eager")
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        with pytest.raises(RuntimeError, match="cannot run LimitedALiBi here"):
-            attention(q, k, v, encoding=scheme, causal=False, backend="flex")
-        # the graph it holds still runs fused
-        attention(q, k, v, encoding=scheme, causal=True)
-        assert attends == [1, 1]  # (the flex call above raised before attend)
+    before = _graphs()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # per-sample positions of 100 and 300 tokens: tables of two buckets (256 and 512),
+        # two graphs of one signature, through a region that holds one
+        for n in (100, 300, 100):
+            q, k, v = qkv(n, n, seed=n)
+            kw = dict(encoding=scheme, causal=True, k_positions=torch.arange(n).expand(BATCH, n))
+            got = attention(q, k, v, backend="flex", **kw)
+            want = attention(q, k, v, backend="eager", **kw)
+            torch.testing.assert_close(got, want, rtol=0, atol=2e-5)
+    # no fallback to the eager path, and FlexAttention never ran uncompiled (it warns then)
+    said = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    assert not [m for m in said if "eager path" in m or "flex_attention" in m], said
+    assert attends == [1, 1, 1]  # only the eager references ran the eager path
+    assert _graphs() - before == 3  # each call compiled: the full region was replaced each time
+    assert flex.failures() == {} or all(n != "LimitedALiBi" for n, *_ in flex.failures())
+
+
+def test_any_order_of_schemes_head_counts_and_dtypes_compiles():
+    """One process, one sequence: every fused scheme, two head counts, three dtypes, twice.
+
+    Before posenc compiled with explicit dynamism (issue 26), a second scheme or
+    head count made the first one's tables symbolic and the CPU kernel failed to
+    build (``.ci/upstream/flex_cpu_symbolic_table.py``).
+    """
+    kinds = [n for n, cls in posenc.SCHEMES.items() if cls.acts_on == "attention" and cls.fused()]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # auto's fallback would say so
+        for round_ in range(2):
+            for heads in (4, 2):
+                for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                    for name in kinds if round_ == 0 else reversed(kinds):
+                        scheme = posenc.SCHEMES[name].build(heads, 32, max_len=64)
+                        n = 150 + 37 * round_
+                        q, k, v = (torch.randn(1, heads, n, 32, generator=g) for _ in range(3))
+                        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+                        got = attention(q, k, v, encoding=scheme, causal=True, backend="flex")
+                        want = attention(q.double(), k.double(), v.double(), causal=True,
+                                         encoding=scheme.double(), backend="eager")  # fmt: skip
+                        err = (got.double() - want).abs().max().item()
+                        assert err < (1e-5 if dtype == torch.float32 else 2e-2), (
+                            name,
+                            heads,
+                            dtype,
+                        )
+                        scheme.float()

@@ -75,13 +75,10 @@ def test_interleaved_compiled_runs_the_eager_kernel(monkeypatch):
 
 
 def test_a_compile_failure_warns_once_and_runs_eager(monkeypatch):
-    def broken(name):
-        def fn(*args):
-            raise RuntimeError("C++ compile error (simulated)")
+    def broken(*args, **kwargs):
+        raise RuntimeError("C++ compile error (simulated)")
 
-        return fn
-
-    monkeypatch.setattr(_fused_rope, "_compiled", broken)
+    monkeypatch.setattr(_fused_rope._compile, "call", broken)
     monkeypatch.setattr(_fused_rope, "_failed", {})
     x = torch.randn(2, 4, 33, 16)
     with torch.no_grad():
