@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import as_positions, check_floating, check_int, warn_caller
+from ._types import Positions
 from .attend import run
 from .context import CallContext, prepare
 from .scheme import PositionalScheme, as_scheme
@@ -115,9 +116,13 @@ class KVCache:
 
     def reset(self) -> None:
         """Forget every cached token (the next update may have new shapes)."""
-        self._k = self._v = self._pos = None
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self._pos: torch.Tensor | None = None
         self._length = 0
-        self._new = None  # positions of the latest update's tokens, (n,) or (batch, n)
+        self._new: torch.Tensor | None = (
+            None  # positions of the latest update's tokens, (n,) or (batch, n)
+        )
         self._default = True  # every update so far had positions length .. length+n-1
 
     @property
@@ -145,7 +150,13 @@ class KVCache:
         """Positions of the cached keys, int64 ``(batch, length)``; ``None`` before any update."""
         return None if self._pos is None else self._pos[:, : self._length]
 
-    def update(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions=None):
+    def update(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: Positions | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Transform the new queries and keys at ``positions``, append keys, values, positions.
 
         Parameters
@@ -196,17 +207,20 @@ class KVCache:
             # earlier steps (saved for their backward) are never overwritten
             pos = pos.expand(batch, n)
             if self._k is not None:
-                k = torch.cat((self.keys, k), dim=-2)
-                v = torch.cat((self.values, v), dim=-2)
-                pos = torch.cat((self.positions, pos), dim=-1)
+                keys, values = self._views()
+                k = torch.cat((keys, k), dim=-2)
+                v = torch.cat((values, v), dim=-2)
+                assert self._pos is not None
+                pos = torch.cat((self._pos[:, : self._length], pos), dim=-1)
             self._k, self._v, self._pos, self._length = k, v, pos, end
-            return q, self.keys, self.values
+            return (q, *self._views())
         self._reserve(k, v, end)
+        assert self._k is not None and self._v is not None and self._pos is not None
         self._k[:, :, start:end] = k
         self._v[:, :, start:end] = v
         self._pos[:, start:end] = pos
         self._length = end
-        return q, self.keys, self.values
+        return (q, *self._views())
 
     def attention(
         self,
@@ -252,16 +266,24 @@ class KVCache:
             k_pos, q_pos = None, None
         else:
             k_pos, q_pos = self.positions, self._new.expand(q.shape[0], n)
-        keys, values = self.keys, self.values
+        keys, values = self._views()
         q4, k4, v4, ctx = prepare(
             q, keys, values, mask=mask, bias=None, causal=causal, q_offset=None,
             q_positions=q_pos, k_positions=k_pos, scale=scale,
         )  # fmt: skip
+        assert v4 is not None  # prepare returns v as 4-D when it is given
         return run(as_scheme(self.encoding), q4, k4, v4, ctx, backend=backend, rotated=True)
 
     # ------------------------------------------------------------------ internals
 
-    def _check(self, q, k, v):
+    def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values (after an update)."""
+        assert self._k is not None and self._v is not None
+        return self._k[:, :, : self._length], self._v[:, :, : self._length]
+
+    def _check(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = check_floating("q", q)
         k = check_floating("k", k)
         v = check_floating("v", v)
@@ -291,7 +313,7 @@ class KVCache:
             )
         if k.shape[2] == 0:
             raise ValueError("k must hold at least one new token (n >= 1)")
-        if self._k is not None:
+        if self._k is not None and self._v is not None:
             want = (self._k.shape[:2], self._k.shape[-1], self._v.shape[-1])
             got = (k.shape[:2], k.shape[-1], v.shape[-1])
             if got != want or k.dtype != self._k.dtype or k.device != self._k.device:
@@ -302,7 +324,7 @@ class KVCache:
                 )
         return q, k, v
 
-    def _reserve(self, k, v, needed: int) -> None:
+    def _reserve(self, k: torch.Tensor, v: torch.Tensor, needed: int) -> None:
         """Make room for ``needed`` tokens, doubling the storage when it is full."""
         if needed <= self.capacity:
             return
@@ -311,7 +333,7 @@ class KVCache:
         new_k = k.new_empty(batch, heads, size, d)
         new_v = v.new_empty(batch, heads, size, v.shape[-1])
         new_pos = torch.zeros(batch, size, dtype=torch.int64, device=k.device)
-        if self._k is not None:
+        if self._k is not None and self._v is not None and self._pos is not None:
             n = self._length
             new_k[:, :, :n] = self._k[:, :, :n]
             new_v[:, :, :n] = self._v[:, :, :n]
