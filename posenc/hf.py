@@ -25,11 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias, Union
 
 from ._checks import check_choice, check_even, check_float, check_int
 from .mrope import MultimodalRotaryEmbedding
 from .rope import RotaryEmbedding
 from .scaling import RopeScaling
+
+#: What :func:`rope_from_transformers` builds for one layer type.
+Rope: TypeAlias = Union[RotaryEmbedding, MultimodalRotaryEmbedding]  # noqa: UP007
 
 __all__ = ["ROPE_TYPES", "rope_from_transformers", "rope_scaling_from_transformers"]
 
@@ -47,16 +51,16 @@ class _Config:
     """The dict being read, and the lengths given next to it."""
 
     name: str
-    params: dict
+    params: Mapping[str, Any]
     max_position_embeddings: int | None
     original_max_position_embeddings: int | None
 
-    def required(self, key):
+    def required(self, key: str) -> Any:
         if self.params.get(key) is None:
             raise ValueError(f"rope_parameters[{key!r}] is required for rope_type {self.name!r}")
         return self.params[key]
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         value = self.params.get(key)
         return default if value is None else value
 
@@ -184,7 +188,7 @@ ROPE_TYPES: dict[str, RopeType] = {
 
 
 def rope_scaling_from_transformers(
-    rope_parameters: Mapping | None,
+    rope_parameters: Mapping[str, Any] | None,
     *,
     max_position_embeddings: int | None = None,
     original_max_position_embeddings: int | None = None,
@@ -303,7 +307,7 @@ def rope_scaling_from_transformers(
 # ---------------------------------------------------------------------- whole RoPE
 
 
-def _mrope_sections(params) -> tuple[int, ...]:
+def _mrope_sections(params: Mapping[str, Any]) -> tuple[int, ...]:
     sections = params["mrope_section"]
     if isinstance(sections, (str, bytes, Mapping)) or not hasattr(sections, "__iter__"):
         raise TypeError(
@@ -322,14 +326,14 @@ def _mrope_sections(params) -> tuple[int, ...]:
 
 
 def rope_from_transformers(
-    rope_parameters: Mapping | None,
-    head_dim,
+    rope_parameters: Mapping[str, Any] | None,
+    head_dim: int | Mapping[str, int],
     *,
     max_position_embeddings: int | None = None,
     original_max_position_embeddings: int | None = None,
-    layout: str = "half",
+    layout: str | Mapping[str, str] = "half",
     default_theta: float = 10000.0,
-):
+) -> RotaryEmbedding | MultimodalRotaryEmbedding | dict[str, Rope]:
     """The RoPE a transformers config describes, as posenc modules.
 
     Reads ``rope_parameters`` (or ``rope_scaling``) as
@@ -443,7 +447,7 @@ def rope_from_transformers(
     return out
 
 
-def _per_layer(name, value, layer_type):
+def _per_layer(name: str, value: Any, layer_type: str) -> Any:
     if not isinstance(value, Mapping):
         return value
     if layer_type not in value:
@@ -451,7 +455,14 @@ def _per_layer(name, value, layer_type):
     return value[layer_type]
 
 
-def _one_rope(params, head_dim, layout, default_theta, max_positions, original):
+def _one_rope(
+    params: Mapping[str, Any],
+    head_dim: Any,
+    layout: Any,
+    default_theta: float,
+    max_positions: int | None,
+    original: int | None,
+) -> Rope:
     head_dim = check_int("head_dim", head_dim, minimum=2)
     layout = check_choice("layout", layout, ("half", "interleaved"))
     scaling = rope_scaling_from_transformers(
