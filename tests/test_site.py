@@ -300,6 +300,8 @@ def test_reference_has_an_entry_with_its_signature_for_every_public_name():
         page, html = entries[name]
         if not (inspect.isclass(obj) or inspect.isroutine(obj)):
             continue  # constants: a name and its '#:' comment
+        if inspect.isclass(obj) and issubclass(obj, Warning):
+            continue  # a warning category posenc issues; a user never constructs it
         assert '<span class="sig-paren">(</span>' in html, f"{name} ({page}): no signature"
         try:
             params = [
