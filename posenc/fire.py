@@ -37,6 +37,18 @@ Paths: :meth:`FIRE.score_mod` evaluates the MLP score by score inside the
 FlexAttention kernel (no O(n^2) tensor); the eager path evaluates the same
 function on the grid of positions (a dense ``(heads, q_len, k_len)`` bias).
 Both compute in float32 at least (float64 for float64 inputs).
+
+Inside the fused kernel on a CPU the two logarithms of the ratio are read from
+tables instead of evaluated per score: ``psi`` over the distances of the call
+and the normaliser ``psi(max(L, i)) + eps`` over its query positions, each
+computed with the operations of the formula and divided as in it, so the ratio
+is the eager path's to rounding.  The tables have static sizes (powers of two of at least
+256) and cover fewer than ``q_len + k_len`` values; where the distances or the
+query positions span more (positions far apart), the kernel evaluates that
+part directly (see :func:`posenc.kerple.kernel_tables`, shared with Kerple).
+The hidden units of ``f_theta`` are summed in four interleaved partial sums
+on both paths, so that the compiled kernel adds along four independent chains
+rather than one of ``mlp_width`` dependent additions.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import as_positions, check_build_args, check_float, check_int
+from .kerple import kernel_tables, lookup, static_table
 from .scheme import PositionalScheme
 
 __all__ = ["FIRE"]
@@ -119,18 +132,26 @@ class FIRE(PositionalScheme):
     def _work(self, dtype: torch.dtype) -> torch.dtype:
         return torch.promote_types(torch.promote_types(dtype, torch.float32), self.c.dtype)
 
-    def _interpolate(self, work, device):
-        """``r(q_pos, k_pos)``, elementwise on tensors or 0-d kernel indices."""
+    def _parts(self, work, device):
+        """``psi`` and the normaliser ``psi(max(L, i)) + eps``, on float tensors."""
         c = self.c.to(device=device, dtype=work)
         L = self.L.to(device=device, dtype=work)  # noqa: N806
         eps = self.eps
 
+        def psi(x):
+            return torch.log1p(torch.abs(c * x))
+
+        def normaliser(q_pos):
+            return psi(torch.maximum(q_pos, L)) + eps
+
+        return psi, normaliser
+
+    def _interpolate(self, work, device):
+        """``r(q_pos, k_pos)``, elementwise on tensors or 0-d kernel indices."""
+        psi, normaliser = self._parts(work, device)
+
         def ratio(q_pos, k_pos):
-            distance = (q_pos - k_pos).to(work)
-            normaliser = torch.maximum(q_pos.to(work), L)
-            return torch.log1p(torch.abs(c * distance)) / (
-                torch.log1p(torch.abs(c * normaliser)) + eps
-            )
+            return psi((q_pos - k_pos).to(work)) / normaliser(q_pos.to(work))
 
         return ratio
 
@@ -156,7 +177,12 @@ class FIRE(PositionalScheme):
         """``score + f_theta(r)[h]``, the MLP unrolled into elementwise operations.
 
         Written without reductions so that FlexAttention can run it score by
-        score inside its kernel; on index grids it gives the dense bias.
+        score inside its kernel; on index grids it gives the dense bias.  The
+        hidden units are summed in four interleaved partial sums.  Inside the
+        fused kernel on a CPU, ``psi(i - j)`` and ``psi(max(L, i)) + eps`` are
+        read from tables over the call's distances and query positions
+        (computed here, by the formula, with static power-of-two sizes) while
+        each range spans fewer than ``q_len + k_len`` values.
         """
         self._check(ctx)
         work = self._work(ctx.dtype)
@@ -167,15 +193,54 @@ class FIRE(PositionalScheme):
         w2 = second.weight.t().to(device=ctx.device, dtype=work)  # (width, heads)
         b2 = second.bias.to(device=ctx.device, dtype=work)
         width = self.mlp_width
+        kernel = self._kernel_ratio(ctx, work)
 
         def mod(score, b, h, q_pos, k_pos):
-            x = ratio(q_pos, k_pos)
-            out = score + b2[h]
-            for m in range(width):  # f_theta, one hidden unit at a time
-                out = out + w2[m][h] * torch.relu(w1[m] * x + b1[m])
-            return out
+            if kernel is not None and q_pos.dim() == 0:  # one score, inside the fused kernel
+                x = kernel(q_pos, k_pos)
+            else:
+                x = ratio(q_pos, k_pos)
+            # f_theta, its hidden units summed in four interleaved partial sums
+            sums = [0.0, 0.0, 0.0, 0.0]
+            for m in range(width):
+                sums[m % 4] = sums[m % 4] + w2[m][h] * torch.relu(w1[m] * x + b1[m])
+            return score + (b2[h] + ((sums[0] + sums[1]) + (sums[2] + sums[3])))
 
         return mod
+
+    def _kernel_ratio(self, ctx, work):
+        """The ratio inside the fused CPU kernel, its logarithms read from tables, or ``None``.
+
+        ``psi`` over the call's distances and the normaliser over its query
+        positions are tabulated by the formula's own operations, then divided
+        as in :meth:`ratio`; a part whose range is too wide for a table (see
+        :func:`posenc.kerple.kernel_tables`) is evaluated directly.
+        """
+        plan = kernel_tables(ctx, *self.parameters())
+        if plan is None:
+            return None
+        psi, normaliser = self._parts(work, ctx.device)
+        distances = normaliser_table = None
+        d_last, q_last, q_lo = (plan.distances or 1) - 1, (plan.queries or 1) - 1, plan.q_lo
+        if plan.distances is not None:
+            d = torch.arange(plan.distances, device=ctx.device)
+            distances = static_table(psi(d.to(work)))
+        if plan.queries is not None:
+            q = q_lo + torch.arange(plan.queries, device=ctx.device)
+            normaliser_table = static_table(normaliser(q.to(work)))
+
+        def kernel(q_pos, k_pos):
+            if distances is not None:
+                num = lookup(distances, (q_pos - k_pos).abs().clamp(max=d_last))
+            else:
+                num = psi((q_pos - k_pos).to(work))
+            if normaliser_table is not None:
+                den = lookup(normaliser_table, (q_pos - q_lo).clamp(0, q_last))
+            else:
+                den = normaliser(q_pos.to(work))
+            return num / den
+
+        return kernel
 
     def bias_from_positions(self, q_positions, k_positions) -> torch.Tensor:
         """The bias ``(num_heads, q_len, k_len)`` (``(batch, ...)`` for ``(batch, len)`` positions).

@@ -33,18 +33,37 @@ power form ``r1 = bias_a``, ``r2 = bias_p``.
 
 Conventions are those of :mod:`posenc.scheme`.  Precision: distances and the
 bias are computed in float32, or float64 for float64 inputs, on both paths.
+
+The fused path on a CPU
+-----------------------
+Inside the compiled FlexAttention kernel on a CPU, ``log1p`` (``pow`` for the
+power form) evaluated for every score made Kerple 1.3 (1.9) times as slow as
+ALiBi's fused path with 8-lane (AVX2) vectors (``benchmarks/bench_fused.py
+--schemes-only``).  So :meth:`Kerple.score_mod` evaluates the bias once per
+head and distance into a table, with the operations of the direct formula,
+and the kernel reads ``table[h, |q_pos - k_pos|]``.  The table covers the
+distances of the call and has a static size, a power of two of at least 256
+(a new size compiles a new graph); it is used only while the largest distance
+is below ``q_len + k_len``, so it never grows with the position values.
+Otherwise (positions far apart, distances up to ``2**32``), on a GPU, in the
+eager path and wherever values cannot be read (tracing, meta tensors,
+functorch transforms) or gradients are recorded, the formula is evaluated
+directly.  :func:`kernel_tables` and :func:`lookup` are shared with
+:mod:`posenc.fire`.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_choice, check_float_dtype, check_int
+from ._runtime import has_values
 from .context import CallContext
 from .scheme import PositionalScheme
 
@@ -53,6 +72,82 @@ __all__ = ["Kerple"]
 KINDS = ("log", "power")
 # The paper's code clamps r1 and r2 to at least this; posenc's initial values do the same.
 PAPER_EPS = 0.01
+
+# --- tables the fused CPU kernel reads (posenc.fire uses them too) ---------------------------
+
+# A table the kernel reads has a static size, a power of two of at least this many
+# entries: each new size compiles a new graph, so sizes must be few, and a symbolic
+# size breaks PyTorch 2.13's CPU kernel (.ci/upstream/flex_cpu_symbolic_table.py).
+TABLE_MIN_SIZE = 256
+
+
+def table_size(n: int) -> int:
+    """The static size of a table of ``n`` entries: the next power of two, at least 256."""
+    return max(TABLE_MIN_SIZE, 1 << max(n - 1, 0).bit_length())
+
+
+class KernelTables(NamedTuple):
+    """What tables the fused CPU kernel may read for one call (see :func:`kernel_tables`).
+
+    ``distances``: the table size for distances ``|q_pos - k_pos|`` (entries ``0 ..
+    distances - 1``), or ``None``; ``queries``: the table size for query positions
+    ``q_lo .. q_lo + queries - 1``, or ``None``; ``q_lo``: the lowest query position,
+    a 0-d int64 tensor (a tensor, so that a new value does not recompile the kernel).
+    """
+
+    distances: int | None
+    queries: int | None
+    q_lo: torch.Tensor
+
+
+def kernel_tables(ctx: CallContext, *params: torch.Tensor) -> KernelTables | None:
+    """Which tables a scheme may precompute for the fused kernel of this call, or ``None``.
+
+    Tables pay on a CPU, where Inductor evaluates each transcendental function
+    of a score_mod once per score.  ``None`` on other devices, where values
+    cannot be read (tracing, meta tensors, functorch transforms; ``params`` are
+    the scheme's parameters), and while autograd records (the CPU kernel has no
+    backward, so the call runs eager).  A table covers a range that spans fewer
+    than ``q_len + k_len`` values, so its size never grows with the position
+    values; a range that spans more gets ``None`` and the formula.  One host
+    read of the positions' extremes.
+    """
+    qp, kp = ctx.q_positions, ctx.k_positions
+    if ctx.device.type != "cpu" or qp.numel() == 0 or kp.numel() == 0:
+        return None
+    if not (has_values(qp) and has_values(kp)):
+        return None
+    for p in params:
+        if not has_values(p) or (p.requires_grad and torch.is_grad_enabled()):
+            return None
+    q_lo, q_hi, k_lo, k_hi = torch.stack((qp.min(), qp.max(), kp.min(), kp.max())).tolist()
+    limit = ctx.q_len + ctx.k_len
+    largest = max(q_hi - k_lo, k_hi - q_lo, 0)  # the largest |q_pos - k_pos|
+    return KernelTables(
+        table_size(largest + 1) if largest < limit else None,
+        table_size(q_hi - q_lo + 1) if q_hi - q_lo < limit else None,
+        torch.tensor(q_lo, device=qp.device),
+    )
+
+
+def static_table(table: torch.Tensor) -> torch.Tensor:
+    """``table``, contiguous and marked static for the compiler (its size is a bucket)."""
+    table = table.contiguous()
+    torch._dynamo.mark_static(table)
+    return table
+
+
+def lookup(table: torch.Tensor, *index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` inside the fused kernel; the caller clamps every index into the table.
+
+    Inductor's C++ reads a table through a vector of indices one lane at a
+    time; its bounds check then stores the indices lane by lane and reloads
+    them as a vector, a stalled load that made a lookup cost as much as
+    ``log1p`` with AVX2 vectors.  ``aten._unsafe_index`` has no check; the
+    clamp keeps every index in range.
+    """
+    out: torch.Tensor = torch.ops.aten._unsafe_index(table, list(index))
+    return out
 
 
 def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
@@ -91,8 +186,9 @@ class Kerple(PositionalScheme):
     Queries must have ``num_heads`` heads; keys may have fewer (grouped-query
     attention).  :meth:`score_mod` is the whole scheme: FlexAttention
     (``backend="flex"``, or ``"auto"`` on long inputs) adds the bias score by
-    score and builds no O(q_len * k_len) tensor; the eager path evaluates the
-    same function into a dense ``(1, num_heads, q_len, k_len)`` bias
+    score and builds no O(q_len * k_len) tensor (on a CPU it reads the bias from
+    a table of one entry per head and distance of the call); the eager path
+    evaluates the formula into a dense ``(1, num_heads, q_len, k_len)`` bias
     (``(batch, ...)`` for per-sample positions).  Both compute in float32, or
     float64 for float64 inputs.
     """
@@ -195,7 +291,14 @@ class Kerple(PositionalScheme):
         return -r1 * distance.pow(r2)
 
     def score_mod(self, ctx: CallContext):
-        """``score + b_h(q_pos, k_pos)``: FlexAttention's form, and the eager bias by default."""
+        """``score + b_h(q_pos, k_pos)``: FlexAttention's form, and the eager bias by default.
+
+        Inside the fused kernel on a CPU the returned function reads
+        ``b_h`` from a table over the call's distances (computed here, by the
+        formula, with a static power-of-two size), while the largest distance
+        is below ``q_len + k_len``; on index grids (the dense bias) and
+        otherwise it evaluates the formula.
+        """
         if ctx.heads != self.num_heads:
             raise ValueError(
                 f"{type(self).__name__}({self.num_heads}) needs q of shape (..., "
@@ -204,8 +307,17 @@ class Kerple(PositionalScheme):
         work = torch.promote_types(ctx.dtype, torch.float32)
         r1 = self.r1.to(device=ctx.device, dtype=work)
         r2 = self.r2.to(device=ctx.device, dtype=work)
+        table, last = None, 0
+        plan = kernel_tables(ctx, self.raw_r1, self.raw_r2)
+        if plan is not None and plan.distances is not None:
+            # the bias of every head at distances 0 .. size - 1, by the formula's own operations
+            distance = torch.arange(plan.distances, device=ctx.device).to(work)
+            table = static_table(self._kernel(distance, r1[:, None], r2[:, None]))
+            last = plan.distances - 1
 
         def mod(score, b, h, q_pos, k_pos):
+            if table is not None and q_pos.dim() == 0:  # one score, inside the fused kernel
+                return score + lookup(table, h, (q_pos - k_pos).abs().clamp(max=last))
             distance = (q_pos - k_pos).abs().to(work)
             return score + self._kernel(distance, r1[h], r2[h])
 
