@@ -90,7 +90,7 @@ def cos_sin_range_into(
 _CHUNK_BYTES = 1 << 19
 
 
-def _as_pairs(out_cos: torch.Tensor, out_sin: torch.Tensor):
+def _as_pairs(out_cos: torch.Tensor, out_sin: torch.Tensor) -> tuple[torch.Tensor, bool] | None:
     """If cos and sin interleave as adjacent pairs of one tensor, return ``(pairs, sin_first)``.
 
     ``pairs`` is a complex view ``(n, h)`` of those pairs, so that one complex
@@ -115,7 +115,14 @@ def _as_pairs(out_cos: torch.Tensor, out_sin: torch.Tensor):
     return torch.view_as_complex(pairs), sin_first
 
 
-def _combine_complex(pairs, cos_hi, sin_hi, cos_lo, sin_lo, block):
+def _combine_complex(
+    pairs: tuple[torch.Tensor, bool],
+    cos_hi: torch.Tensor,
+    sin_hi: torch.Tensor,
+    cos_lo: torch.Tensor,
+    sin_lo: torch.Tensor,
+    block: int,
+) -> None:
     """(cos a + i sin a)(cos b + i sin b) = cos(a+b) + i sin(a+b), block by block.
 
     With sin stored first the pair reads sin(a+b) + i cos(a+b), which is
@@ -152,6 +159,7 @@ def cos_sin(
     device = inv_freq.device
     work = compute_dtype(dtype)
     if positions is None:
+        assert num_positions is not None, "num_positions is required without positions"
         h = inv_freq.shape[-1]
         cos = torch.empty(num_positions, h, device=device, dtype=work)
         sin = torch.empty(num_positions, h, device=device, dtype=work)

@@ -36,11 +36,20 @@ import functools
 import inspect
 import os
 import shutil
+import sys
 import types
+from collections.abc import Callable, Hashable
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 
 __all__: list[str] = []  # private module
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# What identifies a region: the kernel's name and a signature (dtypes, devices, ranks, ...).
+Key = tuple[Hashable, ...]
 
 # Graphs one region may hold before a fresh region replaces it.
 RECOMPILE_LIMIT = 16
@@ -71,9 +80,9 @@ def _cpu_vector_width() -> int:
     return cpu_vec_isa.pick_vec_isa().bit_width()
 
 
-def compile_options(device_type: str = "cpu") -> dict:
+def compile_options(device_type: str = "cpu") -> dict[str, Any]:
     """``torch.compile`` keyword arguments for one region (see the module docstring)."""
-    opts: dict = {"dynamic": False, "fullgraph": True}
+    opts: dict[str, Any] = {"dynamic": False, "fullgraph": True}
     params = inspect.signature(torch.compile).parameters
     if "isolate_recompiles" in params and "recompile_limit" in params:
         opts.update(isolate_recompiles=True, recompile_limit=RECOMPILE_LIMIT)
@@ -82,22 +91,23 @@ def compile_options(device_type: str = "cpu") -> dict:
     return opts
 
 
-def _fresh_copy(fn: types.FunctionType, name: str) -> types.FunctionType:
+def _fresh_copy(fn: Callable[_P, _R], name: str) -> Callable[_P, _R]:
     """``fn`` with a code object of its own, named ``name`` (Dynamo's state is per code object)."""
-    names = {"co_name": name}
-    if hasattr(fn.__code__, "co_qualname"):  # Python 3.11+
-        names["co_qualname"] = name
-    copy = types.FunctionType(
-        fn.__code__.replace(**names), fn.__globals__, name, fn.__defaults__, fn.__closure__
-    )
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"fn must be a Python function, got {type(fn).__name__}")
+    code = fn.__code__.replace(co_name=name)
+    if sys.version_info >= (3, 11):
+        code = code.replace(co_qualname=name)
+    copy = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
 
 
-_regions: dict[tuple, object] = {}
+# Each region is a compiled copy of one kernel; the kernels differ in signature.
+_regions: dict[Key, Callable[..., Any]] = {}
 
 
-def region(fn: types.FunctionType, key: tuple, name: str, device_type: str):
+def region(fn: Callable[_P, _R], key: Key, name: str, device_type: str) -> Callable[_P, _R]:
     """The compiled region of ``fn`` for ``key``, built on first use."""
     compiled = _regions.get(key)
     if compiled is None:
@@ -106,7 +116,9 @@ def region(fn: types.FunctionType, key: tuple, name: str, device_type: str):
     return compiled
 
 
-def call(fn: types.FunctionType, key: tuple, name: str, device_type: str, *args, **kwargs):
+def call(
+    fn: Callable[_P, _R], key: Key, name: str, device_type: str, *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
     """Run ``fn`` compiled in its region for ``key``; a full region is replaced by a fresh one."""
     from torch._dynamo.exc import FailOnRecompileLimitHit
 

@@ -31,6 +31,9 @@ autograd, where a compiler is there (a C++ compiler on a CPU, Triton on a GPU).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 
 from . import _compile
@@ -38,8 +41,10 @@ from ._checks import warn_caller
 
 __all__: list[str] = []  # private module
 
+_R = TypeVar("_R")
 
-def _rotate(x, cos, sin, half: bool):
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: bool) -> torch.Tensor:
     if x.dtype in (torch.bfloat16, torch.float16):
         return _rotate_by_partner(x, cos, sin, half)
     h = x.shape[-1] // 2
@@ -52,7 +57,9 @@ def _rotate(x, cos, sin, half: bool):
     return y.flatten(-2).to(x.dtype)
 
 
-def _rotate_by_partner(x, cos, sin, half: bool):
+def _rotate_by_partner(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, half: bool
+) -> torch.Tensor:
     """``y_j = x_j cos_j + x_partner(j) (-+ sin_j)``: the same products, no pair shuffle.
 
     Inductor vectorises this form better for bf16/fp16 on a CPU (the shuffle of
@@ -72,7 +79,15 @@ def _rotate_by_partner(x, cos, sin, half: bool):
     return (xf * c + xf[..., partner] * s).to(x.dtype)
 
 
-def _rotate_pair(q, k, cq, sq, ck, sk, half: bool):
+def _rotate_pair(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cq: torch.Tensor,
+    sq: torch.Tensor,
+    ck: torch.Tensor,
+    sk: torch.Tensor,
+    half: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     return _rotate(q, cq, sq, half), _rotate(k, ck, sk, half)
 
 
@@ -91,19 +106,23 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 
 # (function, signature without lengths) -> why compiling failed; that signature runs eager.
-_failed: dict[tuple, str] = {}
+_failed: dict[_compile.Key, str] = {}
 
 
-def _signature(name, tensors, layout):
+def _signature(name: str, tensors: tuple[torch.Tensor, ...], layout: str) -> _compile.Key:
     return (name, layout, *((t.dtype, str(t.device), t.dim(), t.shape[-1]) for t in tensors))
 
 
-def _try(name, tensors, layout):
-    """The compiled result, or ``None`` (with a one-time warning) if it cannot compile."""
+def _try(
+    fn: Callable[..., _R], name: str, tensors: tuple[torch.Tensor, ...], layout: str
+) -> _R | None:
+    """``fn`` compiled on ``tensors``, or ``None`` (with a one-time warning) if it cannot compile.
+
+    ``fn`` takes ``tensors`` and ``half``; ``name`` (``"one"``, ``"pair"``) names its region.
+    """
     key = _signature(name, tensors, layout)
     if key in _failed:
         return None
-    fn = {"one": _rotate, "pair": _rotate_pair}[name]
     try:
         views = _compile.dynamic_views(*tensors, dims=(-2,))
         device = tensors[0].device.type
@@ -120,16 +139,27 @@ def _try(name, tensors, layout):
         return None
 
 
-def rotate(x, cos, sin, layout: str):
+def rotate(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
+) -> torch.Tensor | None:
     """Rotate every feature of ``x`` ``(..., seq, d)`` by tables ``(..., seq, d/2)`` in one pass.
 
     Returns ``None`` when the caller should run the eager kernel instead: always for
     the interleaved layout (its eager complex multiply measured faster than
     Inductor's code for it), and for a signature that failed to compile.
     """
-    return _try("one", (x, cos, sin), layout) if layout == "half" else None
+    return _try(_rotate, "one", (x, cos, sin), layout) if layout == "half" else None
 
 
-def rotate_pair(q, k, cq, sq, ck, sk, layout: str):
+def rotate_pair(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    cq: torch.Tensor,
+    sq: torch.Tensor,
+    ck: torch.Tensor,
+    sk: torch.Tensor,
+    layout: str,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(q, k)`` rotated in one compiled graph (half layout), or ``None`` as for :func:`rotate`."""
-    return _try("pair", (q, k, cq, sq, ck, sk), layout) if layout == "half" else None
+    pair = (q, k, cq, sq, ck, sk)
+    return _try(_rotate_pair, "pair", pair, layout) if layout == "half" else None

@@ -24,10 +24,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+from collections.abc import Callable
 
 import torch
 
 from ._runtime import tracing
+from ._types import Device
 
 __all__: list[str] = []  # private module
 
@@ -40,7 +42,7 @@ _MADV_HUGEPAGE = 14  # linux/mman.h
 
 
 @functools.cache
-def _madvise():
+def _madvise() -> Callable[[int, int, int], int] | None:
     """libc's ``madvise``, or ``None`` where transparent huge pages do not exist."""
     if not sys.platform.startswith("linux"):
         return None
@@ -71,7 +73,7 @@ def advise_huge_pages(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+def empty(*shape: int, dtype: torch.dtype, device: Device = None) -> torch.Tensor:
     """``torch.empty(shape)`` for an output about to be written in full.
 
     Large CPU outputs get the huge-page hint (see the module docstring); traced,
@@ -83,7 +85,7 @@ def empty(*shape: int, dtype: torch.dtype, device=None) -> torch.Tensor:
     return advise_huge_pages(t)
 
 
-def peak_tensor_mib(fn) -> float:
+def peak_tensor_mib(fn: Callable[[], object]) -> float:
     """Peak tensor memory (MiB) allocated and held while ``fn()`` runs, from torch.profiler.
 
     Used by the memory-bound tests and the benchmarks: it counts bytes requested,

@@ -35,12 +35,19 @@ __all__: list[str] = []  # private module
 _CHUNK_ELEMENTS = 1 << 18
 
 
-def compiled_ok(out, r, x, *tensors) -> bool:
+def compiled_ok(out: torch.Tensor | None, r: int, x: torch.Tensor, *tensors: torch.Tensor) -> bool:
     """Whether the compiled one-pass rotation (``posenc._fused_rope``) applies."""
     return out is None and r == x.shape[-1] and _fused_rope.usable(x, *tensors)
 
 
-def rotate(x, cos, sin, layout, r, out):
+def rotate(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+    r: int,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
     """Rotate the first ``r`` features of ``x`` by tables ``cos, sin`` ``(..., seq, r // 2)``.
 
     The tables broadcast against ``x.shape[:-1] + (r // 2,)``.
@@ -80,7 +87,9 @@ def rotate(x, cos, sin, layout, r, out):
     return out
 
 
-def rotate_functional(x, cos, sin, layout, r):
+def rotate_functional(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str, r: int
+) -> torch.Tensor:
     """Differentiable elementwise form, computed in float32 or better."""
     work = compute_dtype(x.dtype)
     xr = x[..., :r].to(work)
@@ -93,7 +102,9 @@ def rotate_functional(x, cos, sin, layout, r):
     return torch.cat((y.to(x.dtype), x[..., r:]), dim=-1)
 
 
-def table_batches(cos, sin, lead):
+def table_batches(
+    cos: torch.Tensor, sin: torch.Tensor, lead: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Tables as ``(tb, seq, h)``, and ``group``: flattened batch entry ``n`` uses ``n // group``.
 
     ``lead`` is ``x.shape[:-2]``.  Shared tables give ``tb = 1``; per-batch
@@ -111,7 +122,14 @@ def table_batches(cos, sin, lead):
     return cos.expand(shape).reshape(n, seq, h), sin.expand(shape).reshape(n, seq, h), 1
 
 
-def _rotate_chunked(x, cos, sin, layout, r, out):
+def _rotate_chunked(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    layout: str,
+    r: int,
+    out: torch.Tensor,
+) -> None:
     """Rotate through a cache-sized float32/float64 scratch, one chunk of rows at a time.
 
     Each element of ``x`` is read from memory once and each of ``out`` written
@@ -140,7 +158,7 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
             src = x3[b0:b1, s0:s1, :r]
             dst = out3[b0:b1, s0:s1, :r]
             buf = scratch[: src.numel()].view(src.shape)
-            if layout == "interleaved":
+            if rot is not None:  # the interleaved layout
                 buf.copy_(src)
                 bc = torch.view_as_complex(buf.unflatten(-1, (h, 2)))
                 bc.mul_(rot[tab, s0:s1])
@@ -152,7 +170,7 @@ def _rotate_chunked(x, cos, sin, layout, r, out):
             dst.copy_(buf)
 
 
-def _check_out(out, x):
+def _check_out(out: object, x: torch.Tensor) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:

@@ -15,6 +15,7 @@ reads ``TRITON_INTERPRET``; the tests run it on the CPU under the interpreter.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -32,12 +33,14 @@ def available() -> bool:
 
 
 @functools.cache
-def _kernel():
+def _kernel() -> Any:  # a triton.JITFunction; Triton ships no type information
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def rope_kernel(
+    # Triton reads a kernel's annotations (tl.constexpr marks compile-time constants, a
+    # type would change how an argument is specialised), so the others stay unannotated.
+    @triton.jit  # type: ignore[untyped-decorator]
+    def rope_kernel(  # type: ignore[no-untyped-def]
         x_ptr,
         out_ptr,
         cos_ptr,
@@ -93,7 +96,15 @@ def _kernel():
     return rope_kernel
 
 
-def rotate(x, cos, sin, group, layout, r, out):
+def rotate(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    group: int,
+    layout: str,
+    r: int,
+    out: torch.Tensor,
+) -> torch.Tensor:
     """Rotate the first ``r`` features of ``x`` into ``out`` (contiguous, like ``x``).
 
     ``cos``/``sin`` are float32/float64 tables ``(tb, seq, r // 2)``: flattened

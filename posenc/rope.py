@@ -52,6 +52,8 @@ they step aside there and the plain differentiable form runs instead.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypeGuard, overload
+
 import torch
 
 from . import _fused_rope
@@ -69,13 +71,17 @@ from ._checks import (
     check_position_values,
 )
 from ._rope_kernels import compiled_ok as _compiled_ok
-from ._rope_kernels import eager_ok as _fast_ok
 from ._rope_kernels import rotate as _rotate
+from ._runtime import eager_ok as _fast_ok
 from ._runtime import has_values
-from .context import as_context
+from ._types import Device, Positions
+from .context import CallContext, as_context
 from .scaling import RopeScaling
 from .scheme import PositionalScheme
 from .sinusoidal import sinusoidal_inv_freq
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["rope_frequencies", "rope_cos_sin", "apply_rope", "RotaryEmbedding"]
 
@@ -118,13 +124,13 @@ def rope_frequencies(
 
 
 def rope_cos_sin(
-    positions,
+    positions: Positions,
     dim: int,
     *,
     base: float = 10000.0,
     scaling: RopeScaling | None = None,
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
     seq_len: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tables ``cos(p * omega_i)`` and ``sin(p * omega_i)``, each ``(*positions.shape, dim // 2)``.
@@ -178,7 +184,7 @@ def rope_cos_sin(
 
 def apply_rope(
     x: torch.Tensor,
-    positions=None,
+    positions: Positions | None = None,
     *,
     base: float = 10000.0,
     layout: str = "interleaved",
@@ -357,7 +363,7 @@ class RotaryEmbedding(PositionalScheme):
         scaling: RopeScaling | None = None,
         max_positions: int = 2048,
         compiled: bool = False,
-    ):
+    ) -> None:
         super().__init__()
         self.dim = check_even("dim", dim)
         self.rotary_dim = _check_rotary_dim(rotary_dim, self.dim)
@@ -370,15 +376,42 @@ class RotaryEmbedding(PositionalScheme):
         self.compiled = compiled
         # float64 frequencies as a plain attribute: immune to module.to(dtype)
         self.inv_freq = rope_frequencies(self.rotary_dim, base=self.base, scaling=self.scaling)
-        self._cache = None  # (cos, sin), each (length, rotary_dim // 2)
+        # (cos, sin), each (length, rotary_dim // 2)
+        self._cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
-    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """RoPE over the whole head (``dim = head_dim``); the table grows as needed."""
         check_build_args(num_heads, head_dim, max_len, causal)
         return cls(check_even("head_dim", head_dim), **options)
 
-    def forward(self, x, *args, **kwargs):
+    @overload
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, /, *,
+        mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+        causal: bool = False, q_offset: int | None = None,
+        q_positions: Positions | None = None, k_positions: Positions | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor: ...  # fmt: skip
+
+    @overload
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: Positions | None = None,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Attention, ``module(q, k, v, ...)``; or, with one tensor, :meth:`rotate_one`.
 
         ``module(x)``, ``module(x, positions)`` and ``module(x, out=y)`` (no
@@ -386,10 +419,17 @@ class RotaryEmbedding(PositionalScheme):
         """
         second = args[0] if args else None
         if isinstance(second, torch.Tensor) and second.is_floating_point():
-            return super().forward(x, *args, **kwargs)
+            out: torch.Tensor = super().forward(x, *args, **kwargs)
+            return out
         return self.rotate_one(x, *args, **kwargs)
 
-    def rotate_one(self, x: torch.Tensor, positions=None, *, out=None) -> torch.Tensor:
+    def rotate_one(
+        self,
+        x: torch.Tensor,
+        positions: Positions | None = None,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Rotate ``x`` ``(..., seq, dim)`` at ``positions`` (forms as in :func:`apply_rope`)."""
         x, _ = _check_x(x, self.layout, self.rotary_dim)
         if x.shape[-1] != self.dim:
@@ -403,7 +443,13 @@ class RotaryEmbedding(PositionalScheme):
                 return y
         return _rotate(x, cos, sin, self.layout, self.rotary_dim, out)
 
-    def rotate(self, q, k, ctx, *legacy):
+    def rotate(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        ctx: CallContext | Positions,
+        *legacy: Positions | float | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """:class:`posenc.PositionalScheme` hook: rotate ``q`` and ``k`` at their positions.
 
         ``q`` is ``(batch, heads, q_len, dim)`` and ``k`` is ``(batch, kv_heads,
@@ -424,7 +470,7 @@ class RotaryEmbedding(PositionalScheme):
                 )
         qp = _batched_positions("q_positions", q_positions, q)
         kp = _batched_positions("k_positions", k_positions, k)
-        length = None
+        length: int | torch.Tensor | None = None
         if _depends_on_length(self.scaling):
             # one length for both, so that q and k share the frequencies
             length = _context_length(torch.cat((qp.flatten(), kp.flatten())))
@@ -439,7 +485,13 @@ class RotaryEmbedding(PositionalScheme):
             _rotate(k, ck, sk, self.layout, self.rotary_dim, None),
         )
 
-    def cos_sin(self, positions, like: torch.Tensor, *, length=None):
+    def cos_sin(
+        self,
+        positions: torch.Tensor | int,
+        like: torch.Tensor,
+        *,
+        length: int | torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tables ``(*positions.shape, rotary_dim // 2)`` for ``like``'s device, float32 or float64.
 
         ``positions`` is an integer tensor, or a count ``seq`` meaning
@@ -449,10 +501,12 @@ class RotaryEmbedding(PositionalScheme):
         """
         work = compute_dtype(like.dtype)
         device = like.device
+        count: int | None = None  # positions given as a count: 0 .. count-1
+        pos: torch.Tensor | None = None
         if isinstance(positions, int):
-            count, pos = positions, None
+            count = positions
         else:
-            count, pos = None, as_positions("positions", positions, device=device)
+            pos = as_positions("positions", positions, device=device)
         eager = _fast_ok(like) and (pos is None or has_values(pos))
         if length is None and _depends_on_length(self.scaling):
             length = count if pos is None else _context_length(pos)
@@ -460,11 +514,13 @@ class RotaryEmbedding(PositionalScheme):
             length = int(length)
         if not eager:  # no host reads, no cache mutation: compute directly
             if pos is None:
+                assert count is not None
                 pos = torch.arange(count, device=device)
             return _tables(
                 0, None, pos, self.rotary_dim, self.base, self.scaling, work, device, length
             )
         if pos is None:
+            assert count is not None
             lo, hi, n = 0, count - 1, count
         elif pos.numel() == 0:
             lo, hi, n = 0, -1, 0
@@ -480,13 +536,14 @@ class RotaryEmbedding(PositionalScheme):
         scaled_by_length = (
             _depends_on_length(self.scaling)
             and length is not None
-            and length > self.scaling.original_max_positions
+            and length > _original_length(self.scaling)
         )
         table = None
         if not scaled_by_length and 0 <= lo <= hi:
             table = self._table_for(hi, n, device, work)
         if table is None:  # direct float64 evaluation, independent of the positions' size
             if pos is None:
+                assert count is not None
                 pos = torch.arange(count, device=device)
             return _tables(
                 0, None, pos, self.rotary_dim, self.base, self.scaling, work, device, length
@@ -496,7 +553,9 @@ class RotaryEmbedding(PositionalScheme):
             return cos[:count], sin[:count]
         return cos[pos], sin[pos]
 
-    def _table_for(self, hi: int, n: int, device, dtype):
+    def _table_for(
+        self, hi: int, n: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The cached table if it covers ``0 .. hi`` (growing it if that is cheap), else None."""
         c = self._cache
         have = 0 if c is None or c[0].device != device or c[0].dtype != dtype else c[0].shape[0]
@@ -507,7 +566,7 @@ class RotaryEmbedding(PositionalScheme):
         length = max(hi + 1, 2 * have, self.max_positions)
         # a length-dependent scaling is cached only below its original length,
         # where its frequencies are fixed
-        seq_len = self.scaling.original_max_positions if _depends_on_length(self.scaling) else None
+        seq_len = _original_length(self.scaling) if _depends_on_length(self.scaling) else None
         self._cache = _tables(
             0, length, None, self.rotary_dim, self.base, self.scaling, dtype, device, seq_len
         )
@@ -527,13 +586,24 @@ class RotaryEmbedding(PositionalScheme):
 # ---------------------------------------------------------------------- tables
 
 
-def _tables(start, count, pos, dim, base, scaling, dtype, device, seq_len):
+def _tables(
+    start: int,
+    count: int | None,
+    pos: torch.Tensor | None,
+    dim: int,
+    base: float,
+    scaling: RopeScaling | None,
+    dtype: torch.dtype,
+    device: Device,
+    seq_len: int | torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin for ``start .. start+count-1`` (``pos`` None) or for the tensor ``pos``.
 
     ``seq_len`` is an int, a 0-d tensor (traced) or None (``max(positions) + 1``).
     """
     readable = pos is None or has_values(pos)
     if pos is None:
+        assert count is not None, "a run of positions needs its count"
         if start <= -MAX_POSITION or start + count > MAX_POSITION:
             raise ValueError(
                 f"positions must lie strictly within 2**31 = {MAX_POSITION} of 0, got the run "
@@ -542,23 +612,34 @@ def _tables(start, count, pos, dim, base, scaling, dtype, device, seq_len):
     else:
         check_position_values("positions", pos)
     if seq_len is None and _depends_on_length(scaling):
-        seq_len = start + count if pos is None else _context_length(pos)
+        if pos is None:
+            assert count is not None
+            seq_len = start + count
+        else:
+            seq_len = _context_length(pos)
         if isinstance(seq_len, torch.Tensor) and readable:
             seq_len = int(seq_len)
     omega = _frequencies(dim, base, scaling, seq_len, device)
     work = compute_dtype(dtype)
     cos, sin = cos_sin(pos, omega, num_positions=count, start=start, dtype=work)
-    if not readable and pos.numel():
+    if not readable and pos is not None and pos.numel():  # (readable when pos is None)
         # values could not be checked on the host: poison, never silently wrong
         bad = ((pos <= -MAX_POSITION) | (pos >= MAX_POSITION))[..., None]
         cos = cos.masked_fill(bad, float("nan"))
         sin = sin.masked_fill(bad, float("nan"))
-    if scaling is not None and scaling.attention_factor != 1.0:
-        cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
+    attention = None if scaling is None else scaling.attention_factor  # set once built
+    if attention is not None and attention != 1.0:
+        cos, sin = cos * attention, sin * attention
     return cos.to(dtype), sin.to(dtype)
 
 
-def _frequencies(dim, base, scaling, seq_len, device):
+def _frequencies(
+    dim: int,
+    base: float,
+    scaling: RopeScaling | None,
+    seq_len: int | torch.Tensor | None,
+    device: Device,
+) -> torch.Tensor:
     """Float64 ``(dim // 2,)`` frequencies on ``device``; ``seq_len`` may be a 0-d tensor."""
     if scaling is None:
         return sinusoidal_inv_freq(dim, base=base, device=device)
@@ -567,21 +648,28 @@ def _frequencies(dim, base, scaling, seq_len, device):
     return scaling.frequencies(dim, base, seq_len).to(device)
 
 
-def _context_length(pos: torch.Tensor):
+def _context_length(pos: torch.Tensor) -> int | torch.Tensor:
     """``max(pos) + 1`` as a 0-d tensor (float64, so int64 max cannot overflow), 0 if empty."""
     if pos.numel() == 0:
         return 0
     return pos.max().to(torch.float64) + 1
 
 
-def _depends_on_length(scaling) -> bool:
+def _depends_on_length(scaling: RopeScaling | None) -> TypeGuard[RopeScaling]:
     return scaling is not None and scaling.depends_on_length
+
+
+def _original_length(scaling: RopeScaling) -> int:
+    """``original_max_positions`` of a length-dependent scaling (its kinds require it)."""
+    orig = scaling.original_max_positions
+    assert orig is not None, "a length-dependent scaling has original_max_positions"
+    return orig
 
 
 # ---------------------------------------------------------------------- checks
 
 
-def _check_x(x, layout, rotary_dim):
+def _check_x(x: object, layout: str, rotary_dim: int | None) -> tuple[torch.Tensor, int]:
     x = check_floating("x", x, min_dim=2)
     dim = x.shape[-1]
     if dim % 2 or dim == 0:
@@ -592,7 +680,7 @@ def _check_x(x, layout, rotary_dim):
     return x, _check_rotary_dim(rotary_dim, dim)
 
 
-def _check_rotary_dim(rotary_dim, dim):
+def _check_rotary_dim(rotary_dim: int | None, dim: int) -> int:
     if rotary_dim is None:
         return dim
     rotary_dim = check_even("rotary_dim", rotary_dim)
@@ -601,7 +689,7 @@ def _check_rotary_dim(rotary_dim, dim):
     return rotary_dim
 
 
-def _batched_positions(name, positions, x):
+def _batched_positions(name: str, positions: Positions, x: torch.Tensor) -> torch.Tensor:
     """``positions`` as int64 on ``x``'s device, shaped to broadcast against ``x.shape[:-1]``.
 
     Accepted: ``(seq,)``; ``(batch, seq)`` with ``batch`` in ``(x.shape[0], 1)``
@@ -629,7 +717,7 @@ def _batched_positions(name, positions, x):
     raise ValueError(f"{name} must have shape {forms}; got {tuple(pos.shape)}")
 
 
-def _check_scaling(scaling):
+def _check_scaling(scaling: RopeScaling | None) -> RopeScaling | None:
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise TypeError(
             f"scaling must be a posenc.RopeScaling or None, got {type(scaling).__name__}"
@@ -637,7 +725,9 @@ def _check_scaling(scaling):
     return scaling
 
 
-def _split_positions(positions, device):
+def _split_positions(
+    positions: Positions, device: Device
+) -> tuple[int, int | None, torch.Tensor | None]:
     """``(start, count, None)`` for a contiguous run, else ``(0, None, int64 tensor)``.
 
     Detecting a run in a tensor reads its values, so only eager CPU tensors are

@@ -62,9 +62,9 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -72,6 +72,8 @@ from ._checks import check_choice, check_even, check_float, check_int
 from .sinusoidal import sinusoidal_inv_freq  # RoPE reuses the sinusoid's frequency ladder
 
 __all__ = ["ROPE_SCALINGS", "RopeScaling", "ScalingKind"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,8 @@ class RopeScaling:
     rotated_fraction: float | None = None
     attention_factor: float | None = None
 
-    def __post_init__(self):
-        def put(name, value):  # the dataclass is frozen: normalise fields once, here
+    def __post_init__(self) -> None:
+        def put(name: str, value: object) -> None:  # frozen: fields are normalised once, here
             object.__setattr__(self, name, value)
 
         if not isinstance(self.kind, str):
@@ -376,8 +378,8 @@ class RopeScaling:
     @classmethod
     def longrope(
         cls,
-        short_factor,
-        long_factor,
+        short_factor: Sequence[float] | torch.Tensor,
+        long_factor: Sequence[float] | torch.Tensor,
         original_max_positions: int,
         factor: float,
         *,
@@ -409,8 +411,9 @@ class RopeScaling:
             "longrope",
             factor,
             original_max_positions,
-            short_factor=short_factor,
-            long_factor=long_factor,
+            # any sequence of numbers (a list, a tensor): __post_init__ stores it as a tuple
+            short_factor=short_factor,  # type: ignore[arg-type]
+            long_factor=long_factor,  # type: ignore[arg-type]
             attention_factor=attention_factor,
         )
 
@@ -486,7 +489,9 @@ class RopeScaling:
         """True when the frequencies depend on ``seq_len`` (``dynamic_ntk``, ``longrope``)."""
         return ROPE_SCALINGS[self.kind].depends_on_length
 
-    def frequencies(self, dim: int, base: float = 10000.0, seq_len=None) -> torch.Tensor:
+    def frequencies(
+        self, dim: int, base: float = 10000.0, seq_len: int | torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Scaled frequencies, a float64 tensor of shape ``(dim // 2,)``.
 
         ``seq_len`` (the current context length) matters only when
@@ -519,8 +524,8 @@ class RopeScaling:
             ]
         if self.kind == "longrope":
             args = [
-                f"short_factor={_brief(self.short_factor)}",
-                f"long_factor={_brief(self.long_factor)}",
+                f"short_factor={_brief(_filled(self.short_factor))}",
+                f"long_factor={_brief(_filled(self.long_factor))}",
                 *args[::-1],
             ]
         if self.kind == "proportional":
@@ -531,34 +536,48 @@ class RopeScaling:
 
 
 # ---------------------------------------------------------------------- the kinds
+
+# The context length a frequency function receives, and a kind check's field setter.
+_Length = int | torch.Tensor | None
+_Put = Callable[[str, object], None]
+
 # Each frequency function takes (scaling, dim, base, seq_len, device) and returns float64
 # (dim // 2,) frequencies; seq_len is None, an int, or a float64 0-d tensor (traced).
 
 
-def _ladder(dim: int, base, device=None) -> torch.Tensor:
+def _ladder(
+    dim: int, base: float | torch.Tensor, device: torch.device | None = None
+) -> torch.Tensor:
     """``base ** (-2i / dim)``: the sinusoid's frequencies, for a float or 0-d tensor base."""
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.float64) / dim
     return base**-exponent
 
 
-def _linear(sc, dim, base, seq_len, device):
+def _linear(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     return sinusoidal_inv_freq(dim, base=base, device=device) / sc.factor
 
 
-def _ntk_base(dim: int, base, factor):
+def _ntk_base(dim: int, base: float, factor: float | torch.Tensor) -> float | torch.Tensor:
     """NTK's base change ``base * factor**(dim / (dim - 2))``."""
     if dim < 4:
         raise ValueError(f"dim must be >= 4 for NTK scaling (exponent dim/(dim-2)), got {dim}")
     return base * factor ** (dim / (dim - 2))
 
 
-def _ntk(sc, dim, base, seq_len, device):
+def _ntk(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     return _ladder(dim, _ntk_base(dim, base, sc.factor), device)
 
 
-def _dynamic_ntk(sc, dim, base, seq_len, device):
+def _dynamic_ntk(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     # the factor grows with L = max(seq_len, original): factor * L / original - (factor - 1)
-    orig = sc.original_max_positions
+    orig = _filled(sc.original_max_positions)
+    length: int | torch.Tensor
     if seq_len is None:
         length = orig
     elif isinstance(seq_len, torch.Tensor):
@@ -569,16 +588,18 @@ def _dynamic_ntk(sc, dim, base, seq_len, device):
     return _ladder(dim, _ntk_base(dim, base, factor), device)
 
 
-def _yarn(sc, dim, base, seq_len, device):
+def _yarn(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     omega = sinusoidal_inv_freq(dim, base=base, device=device)
 
     # index i at which omega_i makes `turns` turns over the original context
-    def index_for(turns):
-        return (
-            dim * math.log(sc.original_max_positions / (turns * 2 * math.pi)) / (2 * math.log(base))
-        )
+    orig = _filled(sc.original_max_positions)
 
-    low, high = index_for(sc.beta_fast), index_for(sc.beta_slow)
+    def index_for(turns: float) -> float:
+        return dim * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = index_for(_filled(sc.beta_fast)), index_for(_filled(sc.beta_slow))
     if sc.truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
@@ -589,39 +610,48 @@ def _yarn(sc, dim, base, seq_len, device):
     return omega * (1 - keep) / sc.factor + omega * keep
 
 
-def _llama3(sc, dim, base, seq_len, device):
+def _llama3(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     omega = sinusoidal_inv_freq(dim, base=base, device=device)
-    orig = sc.original_max_positions
+    orig = _filled(sc.original_max_positions)
+    low, high = _filled(sc.low_freq_factor), _filled(sc.high_freq_factor)
     wavelength = 2 * math.pi / omega
-    a = (orig / wavelength - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor)
+    a = (orig / wavelength - low) / (high - low)
     blended = (1 - a) * omega / sc.factor + a * omega
-    out = torch.where(wavelength > orig / sc.low_freq_factor, omega / sc.factor, omega)
-    middle = (wavelength >= orig / sc.high_freq_factor) & (wavelength <= orig / sc.low_freq_factor)
+    out = torch.where(wavelength > orig / low, omega / sc.factor, omega)
+    middle = (wavelength >= orig / high) & (wavelength <= orig / low)
     return torch.where(middle, blended, out)
 
 
-def _longrope(sc, dim, base, seq_len, device):
-    if len(sc.short_factor) != dim // 2:
+def _longrope(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
+    short_factor, long_factor = _filled(sc.short_factor), _filled(sc.long_factor)
+    if len(short_factor) != dim // 2:
         raise ValueError(
-            f"short_factor and long_factor have {len(sc.short_factor)} entries, "
-            f"one per frequency, so dim must be {2 * len(sc.short_factor)}, got {dim}"
+            f"short_factor and long_factor have {len(short_factor)} entries, "
+            f"one per frequency, so dim must be {2 * len(short_factor)}, got {dim}"
         )
     omega = sinusoidal_inv_freq(dim, base=base, device=device)
-    short = torch.tensor(sc.short_factor, dtype=torch.float64, device=device)
-    long = torch.tensor(sc.long_factor, dtype=torch.float64, device=device)
-    beyond = seq_len is not None and seq_len > sc.original_max_positions  # bool or 0-d tensor
+    short = torch.tensor(short_factor, dtype=torch.float64, device=device)
+    long = torch.tensor(long_factor, dtype=torch.float64, device=device)
+    orig = _filled(sc.original_max_positions)
+    beyond = seq_len is not None and seq_len > orig  # bool or 0-d tensor
     return omega / torch.where(torch.as_tensor(beyond, device=device), long, short)
 
 
-def _proportional(sc, dim, base, seq_len, device):
+def _proportional(
+    sc: RopeScaling, dim: int, base: float, seq_len: _Length, device: torch.device | None
+) -> torch.Tensor:
     # transformers: rope_angles = int(partial_rotary_factor * head_dim // 2), exponent over head_dim
-    rotated = int(sc.rotated_fraction * dim // 2)
+    rotated = int(_filled(sc.rotated_fraction) * dim // 2)
     omega = sinusoidal_inv_freq(dim, base=base, device=device)
     keep = torch.arange(dim // 2, device=device) < rotated
     return torch.where(keep, omega, torch.zeros_like(omega)) / sc.factor
 
 
-def _check_yarn(sc, put):
+def _check_yarn(sc: RopeScaling, put: _Put) -> None:
     fast = check_float("beta_fast", _default(sc.beta_fast, 32.0), positive=True)
     slow = check_float("beta_slow", _default(sc.beta_slow, 1.0), positive=True)
     if fast <= slow:
@@ -634,7 +664,7 @@ def _check_yarn(sc, put):
     put("truncate", truncate)
 
 
-def _check_llama3(sc, put):
+def _check_llama3(sc: RopeScaling, put: _Put) -> None:
     low = check_float("low_freq_factor", _default(sc.low_freq_factor, 1.0), positive=True)
     high = check_float("high_freq_factor", _default(sc.high_freq_factor, 4.0), positive=True)
     if high <= low:
@@ -643,7 +673,7 @@ def _check_llama3(sc, put):
     put("high_freq_factor", high)
 
 
-def _check_longrope(sc, put):
+def _check_longrope(sc: RopeScaling, put: _Put) -> None:
     short = _check_factor_list("short_factor", sc.short_factor)
     long = _check_factor_list("long_factor", sc.long_factor)
     if len(short) != len(long):
@@ -655,24 +685,25 @@ def _check_longrope(sc, put):
     put("long_factor", long)
 
 
-def _check_proportional(sc, put):
+def _check_proportional(sc: RopeScaling, put: _Put) -> None:
     fraction = check_float("rotated_fraction", _default(sc.rotated_fraction, 1.0))
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"rotated_fraction must be in [0, 1], got {fraction}")
     put("rotated_fraction", fraction)
 
 
-def _longrope_attention(sc) -> float:
+def _longrope_attention(sc: RopeScaling) -> float:
     """``sqrt(1 + ln(factor) / ln(original_max_positions))``, 1 for ``factor <= 1``."""
     if sc.factor <= 1.0:
         return 1.0
-    if sc.original_max_positions < 2:
+    orig = _filled(sc.original_max_positions)
+    if orig < 2:
         raise ValueError(
             "original_max_positions must be >= 2 for LongRoPE's default attention factor "
             f"sqrt(1 + ln(factor) / ln(original_max_positions)), got "
-            f"{sc.original_max_positions}; give attention_factor explicitly"
+            f"{orig}; give attention_factor explicitly"
         )
-    return math.sqrt(1.0 + math.log(sc.factor) / math.log(sc.original_max_positions))
+    return math.sqrt(1.0 + math.log(sc.factor) / math.log(orig))
 
 
 @dataclass(frozen=True)
@@ -698,10 +729,12 @@ class ScalingKind:
         Whether the frequencies depend on ``seq_len``.
     """
 
-    frequencies: Callable
+    frequencies: Callable[
+        [RopeScaling, int, float, int | torch.Tensor | None, torch.device | None], torch.Tensor
+    ]
     fields: tuple[str, ...] = ()
-    check: Callable | None = None
-    attention: Callable | None = None
+    check: Callable[[RopeScaling, Callable[[str, object], None]], None] | None = None
+    attention: Callable[[RopeScaling], float] | None = None
     needs_original: bool = False
     depends_on_length: bool = False
 
@@ -733,8 +766,14 @@ ROPE_SCALINGS: dict[str, ScalingKind] = {
 }
 
 
-def _default(value, default):
+def _default(value: _T | None, default: _T) -> _T:
     return default if value is None else value
+
+
+def _filled(value: _T | None) -> _T:
+    """A field that the constructor has checked and filled for this kind (never ``None``)."""
+    assert value is not None, "a field required by the scaling's kind is None"
+    return value
 
 
 def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
@@ -742,7 +781,7 @@ def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-def _check_factor_list(name: str, values) -> tuple[float, ...]:
+def _check_factor_list(name: str, values: Any) -> tuple[float, ...]:
     if values is None:
         raise ValueError(f"{name} is required for kind 'longrope', got None")
     if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
