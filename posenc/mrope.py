@@ -35,6 +35,9 @@ frequencies as in 1-D RoPE (a length-dependent one sees ``max(positions) +
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -43,6 +46,7 @@ from ._checks import as_positions, beyond_limit, check_choice, check_even, check
 from ._rope_kernels import rotate as _rotate
 from ._rope_kernels import rotate_functional as _rotate_functional
 from ._runtime import has_values, in_transform, tracing
+from ._types import Device
 from .rope import LAYOUTS, _check_rotary_dim, _check_scaling, _check_x, _frequencies
 from .scaling import RopeScaling
 
@@ -51,7 +55,7 @@ __all__ = ["mrope_axes", "mrope_cos_sin", "apply_mrope", "MultimodalRotaryEmbedd
 ARRANGEMENTS = ("contiguous", "interleaved")
 
 
-def mrope_axes(sections, arrangement: str = "contiguous") -> tuple[int, ...]:
+def mrope_axes(sections: Sequence[int], arrangement: str = "contiguous") -> tuple[int, ...]:
     """The axis (0 = t, 1 = h, 2 = w, ...) that turns each rotary pair; ``sum(sections)`` long.
 
     ``"contiguous"``: section ``j`` of ``sections[j]`` pairs uses axis ``j``.
@@ -95,14 +99,14 @@ def mrope_axes(sections, arrangement: str = "contiguous") -> tuple[int, ...]:
 
 
 def mrope_cos_sin(
-    positions,
-    sections,
+    positions: torch.Tensor,
+    sections: Sequence[int],
     *,
     base: float = 10000.0,
     scaling: RopeScaling | None = None,
     arrangement: str = "contiguous",
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tables ``cos``, ``sin`` of shape ``(*positions.shape[1:], sum(sections))``.
 
@@ -134,7 +138,7 @@ def mrope_cos_sin(
     base = check_float("base", base, positive=True)
     scaling = _check_scaling(scaling)
     pos = _check_mrope_positions(positions, len(sections), device)
-    seq_len = None
+    seq_len: int | torch.Tensor | None = None
     if scaling is not None and scaling.depends_on_length and pos.numel():
         seq_len = pos.max().to(torch.float64) + 1  # transformers: max(position_ids) + 1
         if has_values(pos):
@@ -146,15 +150,16 @@ def mrope_cos_sin(
     if pos.numel() and not has_values(pos):  # unchecked (traced): poison, never silently wrong
         bad = beyond_limit(chosen)
         cos, sin = cos.masked_fill(bad, float("nan")), sin.masked_fill(bad, float("nan"))
-    if scaling is not None and scaling.attention_factor != 1.0:
-        cos, sin = cos * scaling.attention_factor, sin * scaling.attention_factor
+    attention = None if scaling is None else scaling.attention_factor  # set once built
+    if attention is not None and attention != 1.0:
+        cos, sin = cos * attention, sin * attention
     return cos.to(dtype), sin.to(dtype)
 
 
 def apply_mrope(
     x: torch.Tensor,
-    positions,
-    sections,
+    positions: torch.Tensor,
+    sections: Sequence[int],
     *,
     base: float = 10000.0,
     layout: str = "half",
@@ -236,14 +241,14 @@ class MultimodalRotaryEmbedding(nn.Module):
     def __init__(
         self,
         dim: int,
-        sections,
+        sections: Sequence[int],
         *,
         base: float = 10000.0,
         layout: str = "half",
         rotary_dim: int | None = None,
         scaling: RopeScaling | None = None,
         arrangement: str = "contiguous",
-    ):
+    ) -> None:
         super().__init__()
         self.dim = check_even("dim", dim)
         self.rotary_dim = _check_rotary_dim(rotary_dim, self.dim)
@@ -259,7 +264,7 @@ class MultimodalRotaryEmbedding(nn.Module):
         self.scaling = _check_scaling(scaling)
         self.arrangement = arrangement
 
-    def _settings(self):
+    def _settings(self) -> dict[str, Any]:
         return {
             "base": self.base,
             "layout": self.layout,
@@ -268,16 +273,22 @@ class MultimodalRotaryEmbedding(nn.Module):
             "arrangement": self.arrangement,
         }
 
-    def forward(self, x: torch.Tensor, positions) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.dim:
             raise ValueError(f"x must have last dimension dim={self.dim}, got {x.shape[-1]}")
         return apply_mrope(x, positions, self.sections, **self._settings())
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions):
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(q, k)`` rotated at the same multimodal ``positions``."""
-        return self(q, positions), self(k, positions)
+        rq: torch.Tensor = self(q, positions)  # nn.Module.__call__ is untyped
+        rk: torch.Tensor = self(k, positions)
+        return rq, rk
 
-    def cos_sin(self, positions, *, dtype=torch.float32, device=None):
+    def cos_sin(
+        self, positions: torch.Tensor, *, dtype: torch.dtype = torch.float32, device: Device = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`mrope_cos_sin` with this module's settings."""
         return mrope_cos_sin(
             positions,
@@ -304,7 +315,7 @@ class MultimodalRotaryEmbedding(nn.Module):
 # ---------------------------------------------------------------------- internals
 
 
-def _check_sections(sections) -> tuple[int, ...]:
+def _check_sections(sections: Iterable[int]) -> tuple[int, ...]:
     if isinstance(sections, (str, bytes)) or not hasattr(sections, "__iter__"):
         raise TypeError(f"sections must be a sequence of positive ints, got {sections!r}")
     out = []
@@ -317,7 +328,7 @@ def _check_sections(sections) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _check_mrope_positions(positions, num_axes, device):
+def _check_mrope_positions(positions: torch.Tensor, num_axes: int, device: Device) -> torch.Tensor:
     pos = as_positions("positions", positions, device=device)  # bounded by MAX_POSITION
     if pos.dim() not in (2, 3) or pos.shape[0] != num_axes:
         raise ValueError(

@@ -43,6 +43,9 @@ angle addition for grids), never in the output precision.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from . import _angles, _memory
@@ -59,6 +62,7 @@ from ._checks import (
 from ._rope_kernels import rotate as _rotate
 from ._rope_kernels import rotate_functional as _rotate_functional
 from ._runtime import has_values, in_transform, tracing
+from ._types import Device
 from .rope import _check_x, rope_frequencies
 from .sinusoidal import LAYOUTS as SINUSOIDAL_LAYOUTS
 from .sinusoidal import sinusoidal_inv_freq, sinusoidal_table
@@ -72,7 +76,7 @@ __all__ = [
 ]
 
 
-def grid_positions(*sizes: int, device=None) -> torch.Tensor:
+def grid_positions(*sizes: int, device: Device = None) -> torch.Tensor:
     """Integer coordinates of every cell of a grid, in row-major order.
 
     ``grid_positions(h, w)`` is the ``(h * w, 2)`` int64 tensor of ``(row, col)``
@@ -106,13 +110,13 @@ def grid_positions(*sizes: int, device=None) -> torch.Tensor:
 
 
 def axial_sinusoidal_encoding(
-    positions,
+    positions: torch.Tensor | Sequence[Sequence[int]],
     dim: int,
     *,
     base: float = 10000.0,
     layout: str = "interleaved",
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """Axial sinusoidal codes of grid positions: ``(*positions.shape[:-1], dim)``.
 
@@ -161,7 +165,7 @@ def sinusoidal_table_2d(
     base: float = 10000.0,
     layout: str = "interleaved",
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """The 2-D sin-cos table of image patches: ``(height, width, dim)``.
 
@@ -193,7 +197,7 @@ def sinusoidal_table_2d(
     dim = _check_axial_dim(dim, 2)
     dtype = check_float_dtype("dtype", dtype)
     work = _angles.compute_dtype(dtype)
-    kw = {"base": base, "layout": layout, "dtype": work, "device": device}
+    kw: dict[str, Any] = {"base": base, "layout": layout, "dtype": work, "device": device}
     rows = sinusoidal_table(height, dim // 2, **kw)  # exact angle addition, per axis
     cols = sinusoidal_table(width, dim // 2, **kw)
     table = _memory.empty(height, width, dim, dtype=work, device=rows.device)
@@ -203,12 +207,12 @@ def sinusoidal_table_2d(
 
 
 def axial_rope_cos_sin(
-    positions,
+    positions: torch.Tensor | Sequence[Sequence[int]],
     dim: int,
     *,
     base: float = 10000.0,
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Axial RoPE tables ``cos`` and ``sin``, each ``(*positions.shape[:-1], dim // 2)``.
 
@@ -249,7 +253,7 @@ def axial_rope_cos_sin(
 
 def apply_axial_rope(
     x: torch.Tensor,
-    positions,
+    positions: torch.Tensor | Sequence[Sequence[int]],
     *,
     base: float = 10000.0,
     layout: str = "interleaved",
@@ -315,7 +319,9 @@ def apply_axial_rope(
 # ---------------------------------------------------------------------- internals
 
 
-def _check_grid_positions(name, positions, device):
+def _check_grid_positions(
+    name: str, positions: torch.Tensor | Sequence[Sequence[int]], device: Device
+) -> torch.Tensor:
     if not isinstance(positions, torch.Tensor):  # nested lists of (row, col) pairs
         try:
             positions = torch.as_tensor(positions)
@@ -338,7 +344,9 @@ def _check_grid_positions(name, positions, device):
     return pos
 
 
-def _poison_if_traced(pos, cos, sin):
+def _poison_if_traced(
+    pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """NaN where a coordinate is out of range but could not be checked (traced, meta)."""
     if not pos.numel() or has_values(pos):
         return cos, sin  # as_positions has checked the values
@@ -346,7 +354,7 @@ def _poison_if_traced(pos, cos, sin):
     return cos.masked_fill(bad, float("nan")), sin.masked_fill(bad, float("nan"))
 
 
-def _check_axial_dim(dim, num_axes):
+def _check_axial_dim(dim: int, num_axes: int) -> int:
     dim = check_int("dim", dim, minimum=1)
     if dim % (2 * num_axes):
         raise ValueError(

@@ -18,6 +18,8 @@ any position (the usual ``float32(p * w)`` code is off by ~0.07 at p = 10**6).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
@@ -36,6 +38,10 @@ from ._checks import (
     check_position_range,
 )
 from ._runtime import has_values
+from ._types import Device, Positions
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "sinusoidal_inv_freq",
@@ -47,7 +53,7 @@ __all__ = [
 LAYOUTS = ("interleaved", "half")
 
 
-def _check_layout(layout) -> str:
+def _check_layout(layout: str) -> str:
     if layout == "concat":
         raise ValueError(
             "layout must be 'interleaved' or 'half', got 'concat': the layout with sines in "
@@ -57,7 +63,7 @@ def _check_layout(layout) -> str:
     return check_choice("layout", layout, LAYOUTS)
 
 
-def sinusoidal_inv_freq(dim: int, *, base: float = 10000.0, device=None) -> torch.Tensor:
+def sinusoidal_inv_freq(dim: int, *, base: float = 10000.0, device: Device = None) -> torch.Tensor:
     """The angular frequencies ``w_i = base ** (-2 i / dim)``: float64, shape ``(dim/2,)``.
 
     Parameters
@@ -93,7 +99,7 @@ def sinusoidal_table(
     base: float = 10000.0,
     layout: str = "interleaved",
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """The sinusoidal position table of Vaswani et al. (2017), ``(num_positions, dim)``.
 
@@ -131,7 +137,14 @@ def sinusoidal_table(
     return table if dtype == work else table.to(dtype)
 
 
-def _run(start, count, inv_freq, layout, dtype, device):
+def _run(
+    start: int,
+    count: int,
+    inv_freq: torch.Tensor,
+    layout: str,
+    dtype: torch.dtype,
+    device: Device,
+) -> torch.Tensor:
     """Rows ``start .. start+count-1`` of the table, ``(count, dim)`` in float32 or float64.
 
     Angle addition (:mod:`posenc._angles`) over the run alone: memory is the
@@ -148,7 +161,9 @@ def _run(start, count, inv_freq, layout, dtype, device):
     return out
 
 
-def _rows_at(positions, inv_freq, layout, dtype):
+def _rows_at(
+    positions: torch.Tensor, inv_freq: torch.Tensor, layout: str, dtype: torch.dtype
+) -> torch.Tensor:
     """Rows for arbitrary integer ``positions``: ``(*positions.shape, dim)``, angles in float64.
 
     Memory is proportional to ``positions.numel() * dim``, whatever the values.
@@ -263,15 +278,25 @@ class SinusoidalEmbedding(nn.Module):
     reference = "vaswani2017attention"
     shared_across_layers = False
 
+    _cache: torch.Tensor  # a buffer (not saved): the table's first rows, grown by doubling
+
     @classmethod
-    def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """The table for model width ``num_heads * head_dim`` (the registry's constructor)."""
         num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         return cls(num_heads * head_dim, **options)
 
     def __init__(
         self, dim: int, *, base: float = 10000.0, layout: str = "interleaved", scale: float = 1.0
-    ):
+    ) -> None:
         super().__init__()
         self.dim = check_even("dim", dim)
         self.base = check_float("base", base, positive=True)
@@ -279,7 +304,9 @@ class SinusoidalEmbedding(nn.Module):
         self.scale = check_float("scale", scale)
         self.register_buffer("_cache", torch.empty(0, self.dim), persistent=False)
 
-    def table(self, num_positions: int, *, device=None, dtype=torch.float32) -> torch.Tensor:
+    def table(
+        self, num_positions: int, *, device: Device = None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
         """Rows ``0 .. num_positions-1`` of the table ``(num_positions, dim)``, from the cache.
 
         ``dtype`` float32 or float64 selects the cache precision; other float
@@ -299,7 +326,7 @@ class SinusoidalEmbedding(nn.Module):
             self._cache = cache
         return cache[:num_positions].to(dtype)
 
-    def encode(self, positions, *, dtype=torch.float32) -> torch.Tensor:
+    def encode(self, positions: Positions, *, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Table rows for integer ``positions`` (any shape): ``(*positions.shape, dim)``.
 
         Positions must be ``>= 0`` and below ``2**31``.
@@ -323,7 +350,9 @@ class SinusoidalEmbedding(nn.Module):
             rows = _rows_at(positions, self._inv_freq(device), self.layout, work)
         return rows.to(dtype)
 
-    def forward(self, x: torch.Tensor, *, offset: int = 0, positions=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, *, offset: int = 0, positions: Positions | None = None
+    ) -> torch.Tensor:
         """Return ``scale * x + PE`` with the shape and dtype of ``x: (..., seq, dim)``."""
         x = check_floating("x", x, min_dim=2)
         if x.shape[-1] != self.dim:
@@ -339,17 +368,19 @@ class SinusoidalEmbedding(nn.Module):
         out = x.to(work) * self.scale + pe if self.scale != 1.0 else x.to(work) + pe
         return out.to(x.dtype)
 
-    def _run(self, start: int, count: int, device, dtype) -> torch.Tensor:
+    def _run(
+        self, start: int, count: int, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
         """Rows ``start .. start+count-1``: from the cache, or computed for the run alone."""
         if self._cached(start + count, device, dtype) or start <= count:
             return self.table(start + count, device=device, dtype=dtype)[start:]
         return _run(start, count, self._inv_freq(device), self.layout, dtype, device)
 
-    def _cached(self, num_positions: int, device, dtype) -> bool:
+    def _cached(self, num_positions: int, device: torch.device, dtype: torch.dtype) -> bool:
         c = self._cache
         return c.device == torch.device(device) and c.dtype == dtype and c.shape[0] >= num_positions
 
-    def _inv_freq(self, device) -> torch.Tensor:
+    def _inv_freq(self, device: torch.device) -> torch.Tensor:
         return sinusoidal_inv_freq(self.dim, base=self.base, device=device)
 
     def extra_repr(self) -> str:

@@ -157,6 +157,8 @@ class XPos(PositionalScheme):
     reference = "sun2023xpos"
     float64_buffers = ("log_zeta",)
 
+    log_zeta: torch.Tensor  # a buffer, float64 ``(head_dim // 2,)``
+
     def __init__(
         self,
         head_dim: int,
@@ -165,7 +167,7 @@ class XPos(PositionalScheme):
         scale_base: float = 512.0,
         layout: str = "half",
         centre: int = 0,
-    ):
+    ) -> None:
         super().__init__()
         self.head_dim = check_even("head_dim", head_dim)
         self.scale_base = check_float("scale_base", scale_base, positive=True)
@@ -177,7 +179,7 @@ class XPos(PositionalScheme):
         self.register_buffer("log_zeta", torch.log(xpos_zeta(self.head_dim)), persistent=False)
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
         # scale_base 8 instead of 512: over a few positions the decay is then far from 1
         return {
             "": cls(head_dim, scale_base=8.0),
@@ -233,13 +235,15 @@ class XPos(PositionalScheme):
             return f.repeat_interleave(2, dim=-1)
         return torch.cat((f, f), dim=-1)
 
-    def _scale(self, x, positions, *, keys):
+    def _scale(self, x: torch.Tensor, positions: torch.Tensor, *, keys: bool) -> torch.Tensor:
         f = self.factors(positions, x, keys=keys)
         if positions.dim() == 2 and x.dim() == 4:  # (batch, len): shared by the heads
             f = f.unsqueeze(1)
         return x.to(f.dtype) * f
 
-    def _check_representable(self, name, x, scaled, positions):
+    def _check_representable(
+        self, name: str, x: torch.Tensor, scaled: torch.Tensor, positions: torch.Tensor
+    ) -> None:
         """Refuse scaled values that ``x``'s dtype would round to inf or to a subnormal.
 
         The factors are computed and applied in float32 and rounded once to a
@@ -263,7 +267,9 @@ class XPos(PositionalScheme):
                 f"the positions (centre={(lo + hi) // 2}, say), a larger scale_base or float32"
             )
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext):
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Scale and rotate ``q`` ``(batch, heads, q_len, d)`` and ``k`` at their positions.
 
         Queries are multiplied by ``zeta ** ((m - centre) / scale_base)`` and
