@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_float_dtype, check_heads, check_int, check_offset
-from .context import as_context
+from ._types import Device, Positions, ScoreMod
+from .context import CallContext, as_context
 from .scheme import PositionalScheme
 
 __all__ = ["alibi_slopes", "alibi_bias", "ALiBi"]
@@ -61,7 +62,9 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
-def _bias_from_positions(slopes, q_positions, k_positions, dtype):
+def _bias_from_positions(
+    slopes: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
     """``-slope * |q - k|`` as ``(..., heads, q_len, k_len)``, computed in float64 and cast once.
 
     Positions ``(q_len,)``/``(k_len,)`` give ``(heads, q_len, k_len)``; per-sample
@@ -82,7 +85,7 @@ def alibi_bias(
     causal: bool = True,
     q_offset: int | None = None,
     dtype: torch.dtype = torch.float32,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """ALiBi score bias of shape ``(num_heads, q_len, k_len)``.
 
@@ -182,13 +185,21 @@ class ALiBi(PositionalScheme):
     reference = "press2022alibi"
     float64_buffers = ("slopes",)
 
-    def __init__(self, num_heads: int):
+    slopes: torch.Tensor  # a buffer, float64 (num_heads,)
+
+    def __init__(self, num_heads: int) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         # not persistent: a function of num_heads, and checkpoints saved before it existed load
         self.register_buffer("slopes", alibi_slopes(self.num_heads), persistent=False)
 
-    def bias(self, q, k, ctx, *legacy):
+    def bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        ctx: CallContext | Positions,
+        *legacy: Positions | float | None,
+    ) -> torch.Tensor:
         """``-slopes[h] * |q_pos - k_pos|``, ``(num_heads, q_len, k_len)`` in ``q``'s dtype.
 
         Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
@@ -197,12 +208,18 @@ class ALiBi(PositionalScheme):
         check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
         return _bias_from_positions(self.slopes, ctx.q_positions, ctx.k_positions, q.dtype)
 
-    def score_mod(self, ctx):
+    def score_mod(self, ctx: CallContext) -> ScoreMod:
         """``score - slopes[h] * |q_pos - k_pos|`` in float32 at least."""
         work = torch.promote_types(ctx.dtype, torch.float32)
         slopes = self.slopes.to(device=ctx.device, dtype=work)
 
-        def mod(score, b, h, q_pos, k_pos):
+        def mod(
+            score: torch.Tensor,
+            b: torch.Tensor,
+            h: torch.Tensor,
+            q_pos: torch.Tensor,
+            k_pos: torch.Tensor,
+        ) -> torch.Tensor:
             return score - slopes[h] * (q_pos - k_pos).abs().to(work)
 
         return mod

@@ -50,13 +50,19 @@ query's gates over the cached keys give the same counts.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
 from ._checks import check_build_args, check_int
+from .context import CallContext
 from .masks import causal_mask
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, repeat_kv, softmax_weights
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["CoPE"]
 
@@ -98,14 +104,14 @@ class CoPE(PositionalScheme):
     quadratic_memory = True
     reference = "golovneva2024cope"
 
-    def __init__(self, num_heads: int, head_dim: int, max_positions: int):
+    def __init__(self, num_heads: int, head_dim: int, max_positions: int) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
         self.pos_emb = nn.Parameter(torch.zeros(self.max_positions, self.head_dim))
 
-    def _check(self, q):
+    def _check(self, q: torch.Tensor) -> None:
         if q.shape[-1] != self.head_dim or q.shape[-3] != self.num_heads:
             raise ValueError(
                 f"q must have num_heads={self.num_heads} heads of head_dim={self.head_dim} "
@@ -115,9 +121,9 @@ class CoPE(PositionalScheme):
             )
 
     @staticmethod
-    def _visible(ctx) -> torch.Tensor | None:
+    def _visible(ctx: CallContext) -> torch.Tensor | None:
         """Boolean ``(batch|1, heads|1, q_len, k_len)``: the keys each query sees, or ``None``."""
-        seen = None
+        seen: torch.Tensor | None = None
         if ctx.mask is not None:
             seen = ctx.mask if ctx.mask.dtype == torch.bool else ctx.mask != float("-inf")
         if ctx.causal and ctx.q_offset < ctx.k_len - 1:
@@ -125,7 +131,7 @@ class CoPE(PositionalScheme):
             seen = keep if seen is None else seen & keep
         return seen
 
-    def positions(self, q, k, ctx) -> torch.Tensor:
+    def positions(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """Contextual positions ``p_ij``, ``(batch, heads, q_len, k_len)``, before clamping.
 
         ``q`` ``(batch, heads, q_len, d)`` and ``k`` ``(batch, kv_heads, k_len, d)``;
@@ -133,12 +139,12 @@ class CoPE(PositionalScheme):
         """
         return self._positions(self._dots(q, k), ctx)
 
-    def _dots(self, q, k):
+    def _dots(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``q . k`` in the working dtype (float32 at least, and the table's)."""
         work = torch.promote_types(q.dtype, self.pos_emb.dtype)
         return dot_scores(q.to(work), k, 1.0)
 
-    def _positions(self, dots, ctx):
+    def _positions(self, dots: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         gates = torch.sigmoid(ctx.scale * dots)
         visible = self._visible(ctx)
         if visible is not None:
@@ -146,7 +152,7 @@ class CoPE(PositionalScheme):
         # p_ij = the gates summed from key j to the last key: a reverse cumulative sum
         return gates.flip(-1).cumsum(-1).flip(-1)
 
-    def logits(self, q, k, ctx) -> torch.Tensor:
+    def logits(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """``scale * q_i . (k_j + e(p_ij))``, ``(batch, heads, q_len, k_len)``, before masking."""
         self._check(q)
         dots = self._dots(q, k)
@@ -159,14 +165,16 @@ class CoPE(PositionalScheme):
         high = at_integers.gather(-1, (below + 1).clamp(max=self.max_positions - 1))
         return ctx.scale * (dots + low + weight * (high - low))
 
-    def weights(self, q, k, ctx) -> torch.Tensor:
+    def weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """The softmax of :meth:`logits` under the call's masks, in ``q``'s dtype."""
         w = softmax_weights(
             self.logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset
         )
         return w.to(q.dtype)
 
-    def attend(self, q, k, v, ctx) -> torch.Tensor:
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+    ) -> torch.Tensor:
         """``weights @ v``, ``(batch, heads, q_len, d_v)``."""
         w = softmax_weights(
             self.logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset
@@ -174,7 +182,15 @@ class CoPE(PositionalScheme):
         return (w @ repeat_kv(v, q.shape[-3]).to(w.dtype)).to(q.dtype)
 
     @classmethod
-    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """``max_positions = max_len + 1`` (the released code's default); 65 without ``max_len``."""
         num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("max_positions", 65 if max_len is None else max_len + 1)

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ._checks import check_choice, check_float, check_floating, check_heads, check_int
+from .context import CallContext
 from .masks import merge_masks
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, repeat_kv, softmax_weights
@@ -142,7 +143,12 @@ class DAAttention(PositionalScheme):
         self.w = nn.Parameter(torch.full((num_heads,), w_init))
         self.v = nn.Parameter(torch.full((num_heads,), v_init))
 
-    def coefficients(self, q_positions, k_positions, dtype=torch.float32) -> torch.Tensor:
+    def coefficients(
+        self,
+        q_positions: torch.Tensor,
+        k_positions: torch.Tensor,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
         """``f(w_h |p - s|; v_h)`` for query positions ``p`` and key positions ``s``.
 
         Integer tensors ``(q_len,)`` and ``(k_len,)``; returns
@@ -155,14 +161,16 @@ class DAAttention(PositionalScheme):
         v = self.v.to(work)[:, None, None]
         return learnable_sigmoid(w * dist.unsqueeze(-3), v).to(dtype)
 
+    # per instance, as PositionalScheme allows where an option changes it (a read-only property
+    # where the base class has a plain class attribute)
     @property
-    def weights_sum_to_one(self) -> bool:
+    def weights_sum_to_one(self) -> bool:  # type: ignore[override]
         return self.normalize == "softmax"  # a row of ReLU scores may sum to zero
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
         """Both normalisations, with ``w`` and ``v`` spread over the heads."""
-        out = {}
+        out: dict[str, PositionalScheme] = {}
         for label, normalize in (("", "softmax"), ("row_sum", "row_sum")):
             m = cls(num_heads, normalize=normalize)
             with torch.no_grad():
@@ -171,11 +179,11 @@ class DAAttention(PositionalScheme):
             out[label] = m
         return out
 
-    def weights(self, q, k, ctx):
+    def weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """Attention weights ``(batch, num_heads, q_len, k_len)``, per ``normalize``."""
         return self._weights(q, k, ctx).to(q.dtype)
 
-    def _weights(self, q, k, ctx):
+    def _weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """The weights in float32 at least (float64 for float64 inputs)."""
         mask, causal, q_offset, scale = ctx.mask, ctx.causal, ctx.q_offset, ctx.scale
         q_positions, k_positions = ctx.q_positions, ctx.k_positions
@@ -209,7 +217,9 @@ class DAAttention(PositionalScheme):
         # an all-zero row attends to nothing: divide by 1 there instead of 0
         return a / torch.where(total > 0, total, torch.ones_like(total))
 
-    def attend(self, q, k, v, ctx):
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+    ) -> torch.Tensor:
         """Distance-aware attention: ``weights @ v``, shape ``(batch, num_heads, q_len, d_v)``."""
         w = self._weights(q, k, ctx)
         return (w @ repeat_kv(v, q.shape[-3]).to(w.dtype)).to(v.dtype)

@@ -10,6 +10,8 @@ failing with an opaque index error.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,6 +24,10 @@ from ._checks import (
     check_int,
 )
 from ._runtime import has_values
+from ._types import Device, Positions
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["LearnedEmbedding"]
 
@@ -80,14 +86,28 @@ class LearnedEmbedding(nn.Module):
     shared_across_layers = False
 
     @classmethod
-    def build(cls, num_heads: int, head_dim: int, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """A ``(max_len, num_heads * head_dim)`` table (``max_len`` 512 if not given)."""
         num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         return cls(512 if max_len is None else max_len, num_heads * head_dim, **options)
 
     def __init__(
-        self, max_positions: int, dim: int, *, init_std: float = 0.02, device=None, dtype=None
-    ):
+        self,
+        max_positions: int,
+        dim: int,
+        *,
+        init_std: float = 0.02,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
         self.dim = check_int("dim", dim, minimum=1)
@@ -103,7 +123,7 @@ class LearnedEmbedding(nn.Module):
         with torch.no_grad():
             self.weight.normal_(0.0, self.init_std)
 
-    def forward(self, positions, *, offset: int = 0) -> torch.Tensor:
+    def forward(self, positions: Positions | int, *, offset: int = 0) -> torch.Tensor:
         """Rows of the table: ``(*positions.shape, dim)``, or ``(seq_len, dim)`` for an int."""
         if isinstance(positions, int) and not isinstance(positions, bool):
             seq_len = check_int("seq_len", positions, minimum=0)
@@ -129,9 +149,10 @@ class LearnedEmbedding(nn.Module):
         # F.embedding, not weight[positions]: indexing would wrap a negative position
         return F.embedding(positions, self.weight)
 
-    def encode(self, positions) -> torch.Tensor:
+    def encode(self, positions: Positions) -> torch.Tensor:
         """Rows for integer ``positions``: ``(*positions.shape, dim)`` (same as calling)."""
-        return self(positions)
+        rows: torch.Tensor = self(positions)  # nn.Module.__call__ is untyped
+        return rows
 
     def extra_repr(self) -> str:
         return f"max_positions={self.max_positions}, dim={self.dim}, init_std={self.init_std}"

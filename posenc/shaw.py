@@ -20,18 +20,26 @@ still O(q_len * k_len) per head.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
 from ._checks import check_build_args, check_int, check_offset
-from .context import as_context
+from ._types import Device, Positions
+from .context import CallContext, as_context
 from .scheme import PositionalScheme
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 from .sdpa import dot_scores, repeat_kv, softmax_weights
 
 __all__ = ["shaw_relative_indices", "ShawRelativeAttention"]
 
 
-def _labels(q_positions, k_positions, max_distance):
+def _labels(
+    q_positions: torch.Tensor, k_positions: torch.Tensor, max_distance: int
+) -> torch.Tensor:
     """``clip(key - query, -k, k) + k``: an int64 ``(..., q_len, k_len)`` table in ``[0, 2k]``."""
     rel = k_positions[..., None, :] - q_positions[..., :, None]
     return rel.clamp(-max_distance, max_distance) + max_distance
@@ -43,7 +51,7 @@ def shaw_relative_indices(
     max_distance: int,
     *,
     q_offset: int | None = None,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """Edge labels of Shaw et al., ``clip(j - p_i, -k, k) + k``, shape ``(q_len, k_len)``.
 
@@ -129,6 +137,8 @@ class ShawRelativeAttention(PositionalScheme):
     quadratic_memory = True
     reference = "shaw2018self"
 
+    value_embeddings: nn.Parameter | None  # None with values=False
+
     def __init__(
         self,
         head_dim: int,
@@ -136,7 +146,7 @@ class ShawRelativeAttention(PositionalScheme):
         *,
         values: bool = True,
         init_std: float | None = None,
-    ):
+    ) -> None:
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
         self.max_distance = check_int("max_distance", max_distance, minimum=1)
@@ -150,7 +160,7 @@ class ShawRelativeAttention(PositionalScheme):
         else:
             self.register_parameter("value_embeddings", None)
 
-    def _check(self, q, v=None):
+    def _check(self, q: torch.Tensor, v: torch.Tensor | None = None) -> None:
         if q.shape[-1] != self.head_dim:
             raise ValueError(
                 f"q must have head_dim={self.head_dim} features, got shape {tuple(q.shape)}"
@@ -161,7 +171,9 @@ class ShawRelativeAttention(PositionalScheme):
                 f"got shape {tuple(v.shape)}"
             )
 
-    def _key_term(self, q, q_positions, k_positions):
+    def _key_term(
+        self, q: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q_i . a^K_ij`` as ``(batch, heads, q_len, k_len)``: a small matmul, then a gather.
 
         Also returns the labels, expanded to the same shape.
@@ -171,29 +183,47 @@ class ShawRelativeAttention(PositionalScheme):
         labels = labels.expand(*per_label.shape[:-1], labels.shape[-1])
         return torch.gather(per_label, -1, labels), labels
 
+    # per instance, as PositionalScheme allows where an option changes it (a read-only property
+    # where the base class has a plain class attribute)
     @property
-    def output_is_weights_times_v(self) -> bool:
+    def output_is_weights_times_v(self) -> bool:  # type: ignore[override]
         return self.value_embeddings is None  # the value term adds to weights @ v
 
     @classmethod
-    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """Clipping distance ``max_distance`` 16 unless given."""
         num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("max_distance", 16)
         return cls(head_dim, **options)
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
         """The full model and the key term alone (an additive bias on the SDPA path)."""
         return {"": cls(head_dim, 3), "key": cls(head_dim, 3, values=False)}
 
-    def bias(self, q, k, ctx, *legacy):
+    def bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        ctx: CallContext | Positions,
+        *legacy: Positions | float | None,
+    ) -> torch.Tensor:
         """``scale * q_i . a^K_ij`` ``(batch, heads, q_len, k_len)``; or the old 5-argument form."""
         ctx = as_context(q, k, ctx, *legacy, hook=f"{type(self).__name__}.bias")
         self._check(q)
         return ctx.scale * self._key_term(q, ctx.q_positions, ctx.k_positions)[0]
 
-    def attend(self, q, k, v, ctx):
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+    ) -> torch.Tensor:
         self._check(q, v)
         if self.value_embeddings is None:
             return super().attend(q, k, v, ctx)

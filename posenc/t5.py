@@ -20,6 +20,7 @@ positive.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 from torch import nn
@@ -35,13 +36,17 @@ from ._checks import (
     check_tensor,
 )
 from ._runtime import has_values, symbolic, tracing
-from .context import as_context
+from ._types import Positions, ScoreMod
+from .context import CallContext, as_context
 from .scheme import PositionalScheme
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["t5_relative_bucket", "T5RelativeBias"]
 
 
-def _check_bucket_args(bidirectional, num_buckets, max_distance):
+def _check_bucket_args(bidirectional: bool, num_buckets: int, max_distance: int) -> tuple[int, int]:
     if not isinstance(bidirectional, bool):
         raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
     num_buckets = check_int("num_buckets", num_buckets, minimum=1)
@@ -72,7 +77,7 @@ def _check_bucket_args(bidirectional, num_buckets, max_distance):
 
 
 def t5_relative_bucket(
-    relative_position,
+    relative_position: Positions,
     *,
     bidirectional: bool = True,
     num_buckets: int = 32,
@@ -124,7 +129,9 @@ def t5_relative_bucket(
     return offset + _direction_bucket(distance, per_direction, max_distance)
 
 
-def _direction_bucket(distance, per_direction, max_distance):
+def _direction_bucket(
+    distance: torch.Tensor, per_direction: int, max_distance: int
+) -> torch.Tensor:
     """The bucket within one direction of int64 ``distance >= 0``: T5's float64 formula."""
     max_exact = per_direction // 2
     # clamp(min=1) only keeps log() finite on entries that take the exact branch anyway.
@@ -134,7 +141,7 @@ def _direction_bucket(distance, per_direction, max_distance):
     return torch.where(distance < max_exact, distance, log_bucket)
 
 
-def _log_boundaries(per_direction, max_distance, device):
+def _log_boundaries(per_direction: int, max_distance: int, device: torch.device) -> torch.Tensor:
     """The least distance of each logarithmic bucket ``E+1 .. B-1`` within a direction.
 
     Bisection on :func:`_direction_bucket` itself, evaluated on ``device``, so
@@ -206,18 +213,19 @@ class T5RelativeBias(PositionalScheme):
         num_buckets: int = 32,
         max_distance: int = 128,
         init_std: float = 0.02,
-    ):
+    ) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.num_buckets, self.max_distance = _check_bucket_args(
             bidirectional, num_buckets, max_distance
         )
         self.bidirectional = bidirectional
-        self._boundaries = {}  # (device, B, max_distance) -> _log_boundaries, computed once
+        # (device, B, max_distance) -> _log_boundaries, computed once
+        self._boundaries: dict[tuple[torch.device, int, int], torch.Tensor] = {}
         self.weight = nn.Parameter(torch.empty(self.num_buckets, self.num_heads))
         nn.init.normal_(self.weight, std=init_std)
 
-    def buckets(self, q_positions, k_positions) -> torch.Tensor:
+    def buckets(self, q_positions: Positions, k_positions: Positions) -> torch.Tensor:
         """Bucket table ``(q_len, k_len)`` for integer query and key positions.
 
         Positions ``(q_len,)`` and ``(k_len,)``; per-sample positions ``(batch,
@@ -228,7 +236,7 @@ class T5RelativeBias(PositionalScheme):
         k_positions = as_positions("k_positions", k_positions, device=self.weight.device)
         return self._buckets(q_positions, k_positions)
 
-    def _buckets(self, q_positions, k_positions):
+    def _buckets(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
         return t5_relative_bucket(
             k_positions[..., None, :] - q_positions[..., :, None],
             bidirectional=self.bidirectional,
@@ -237,7 +245,15 @@ class T5RelativeBias(PositionalScheme):
         )
 
     @classmethod
-    def build(cls, num_heads, head_dim, *, max_len=None, causal=True, **options):
+    def build(
+        cls,
+        num_heads: int,
+        head_dim: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = True,
+        **options: Any,
+    ) -> Self:
         """``bidirectional=not causal`` and ``max_distance = max(max_len, num_buckets)``."""
         num_heads, head_dim, max_len = check_build_args(num_heads, head_dim, max_len, causal)
         options.setdefault("bidirectional", not causal)
@@ -246,18 +262,33 @@ class T5RelativeBias(PositionalScheme):
         return cls(num_heads, **options)
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
         """Small buckets and a weight drawn from N(0, 1), so that every bucket matters."""
         m = cls(num_heads, num_buckets=8, max_distance=12)
         with torch.no_grad():
             m.weight.normal_()
         return {"": m}
 
-    def forward(self, q, *args, **kwargs):
+    @overload
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+        mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+        causal: bool = False, q_offset: int | None = None,
+        q_positions: Positions | None = None, k_positions: Positions | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor: ...  # fmt: skip
+
+    @overload
+    def forward(
+        self, q: int, k_len: int | None = None, *, q_offset: int | None = None
+    ) -> torch.Tensor: ...
+
+    def forward(self, q: torch.Tensor | int, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Attention with this bias, ``module(q, k, v, ...)``; :meth:`table` for an int q_len."""
         if isinstance(q, int):  # the old meaning of calling the module
             return self.table(q, *args, **kwargs)
-        return super().forward(q, *args, **kwargs)
+        out: torch.Tensor = super().forward(q, *args, **kwargs)
+        return out
 
     def table(
         self, q_len: int, k_len: int | None = None, *, q_offset: int | None = None
@@ -275,7 +306,7 @@ class T5RelativeBias(PositionalScheme):
             torch.arange(q_len, device=device) + q_offset, torch.arange(k_len, device=device)
         )
 
-    def bias_from_positions(self, q_positions, k_positions) -> torch.Tensor:
+    def bias_from_positions(self, q_positions: Positions, k_positions: Positions) -> torch.Tensor:
         """Bias ``(num_heads, q_len, k_len)`` for explicit integer positions.
 
         Per-sample positions ``(batch, len)`` give ``(batch, num_heads, q_len, k_len)``.
@@ -290,7 +321,13 @@ class T5RelativeBias(PositionalScheme):
         bad = beyond_limit(q_positions)[..., :, None] | beyond_limit(k_positions)[..., None, :]
         return bias.masked_fill(bad.unsqueeze(-3), float("nan"))
 
-    def bias(self, q, k, ctx, *legacy):
+    def bias(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        ctx: CallContext | Positions,
+        *legacy: Positions | float | None,
+    ) -> torch.Tensor:
         """The dense bias at the context's positions, ``(num_heads, q_len, k_len)``.
 
         Also accepts the old form ``bias(q, k, q_positions, k_positions, scale)``.
@@ -300,7 +337,7 @@ class T5RelativeBias(PositionalScheme):
         check_heads(f"{type(self).__name__}({self.num_heads})", q, self.num_heads)
         return self.bias_from_positions(ctx.q_positions, ctx.k_positions)
 
-    def score_mod(self, ctx):
+    def score_mod(self, ctx: CallContext) -> ScoreMod:
         """``score + weight[bucket(k_pos - q_pos), h]``, the bucket found score by score.
 
         Within a direction the bucket of distance ``n`` is ``min(n, E) +
@@ -322,8 +359,15 @@ class T5RelativeBias(PositionalScheme):
         exact, per = torch.tensor([per_direction // 2, per_direction], device=ctx.device)
         bidirectional = self.bidirectional
 
-        def mod(score, b, h, q_pos, k_pos):
+        def mod(
+            score: torch.Tensor,
+            b: torch.Tensor,
+            h: torch.Tensor,
+            q_pos: torch.Tensor,
+            k_pos: torch.Tensor,
+        ) -> torch.Tensor:
             rel = k_pos - q_pos
+            base: torch.Tensor | int
             if bidirectional:
                 n, base = rel.abs(), torch.where(rel > 0, per, 0)
             else:

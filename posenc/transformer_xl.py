@@ -47,6 +47,7 @@ from ._checks import (
     check_tensor,
 )
 from .attend import attention
+from .context import CallContext
 from .scheme import PositionalScheme
 from .sdpa import dot_scores, scaled_dot_product, softmax_weights
 from .sinusoidal import sinusoidal_inv_freq
@@ -89,7 +90,7 @@ def rel_shift(x: torch.Tensor) -> torch.Tensor:
 
 
 def relative_sinusoids(
-    distances: torch.Tensor, dim: int, *, base: float = 10000.0, dtype=torch.float32
+    distances: torch.Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """Sinusoidal embeddings ``[sin(d w), cos(d w)]`` of integer distances ``d``, ``(..., dim)``.
 
@@ -178,7 +179,9 @@ class TransformerXLScheme(PositionalScheme):
     quadratic_memory = True
     reference = "dai2019transformerxl"
 
-    def __init__(self, num_heads: int, head_dim: int, *, d_model=None, base: float = 10000.0):
+    def __init__(
+        self, num_heads: int, head_dim: int, *, d_model: int | None = None, base: float = 10000.0
+    ) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.head_dim = check_int("head_dim", head_dim, minimum=1)
@@ -191,17 +194,19 @@ class TransformerXLScheme(PositionalScheme):
         nn.init.normal_(self.u, std=0.02)
         nn.init.normal_(self.v, std=0.02)
 
-    def _check(self, q):
+    def _check(self, q: torch.Tensor) -> None:
         check_heads(type(self).__name__, q, self.num_heads, head_dim=self.head_dim)
 
-    def projected_sinusoids(self, distances: torch.Tensor, dtype) -> torch.Tensor:
+    def projected_sinusoids(self, distances: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``W_{k,R} R_d`` for integer distances ``(n,)``: shape ``(num_heads, n, head_dim)``."""
         work = torch.float64 if dtype == torch.float64 else torch.float32
         r = relative_sinusoids(distances, self.d_model, base=self.base, dtype=work)
         rk = F.linear(r.to(self.w_kr.weight.dtype), self.w_kr.weight).to(dtype)
         return rk.view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 
-    def position_scores(self, qv, k_len: int, q_offset: int, causal: bool) -> torch.Tensor:
+    def position_scores(
+        self, qv: torch.Tensor, k_len: int, q_offset: int, causal: bool
+    ) -> torch.Tensor:
         """Unscaled ``(q + v) . W_{k,R} R_{i-j}`` in (i, j) indexing, ``(..., q_len, k_len)``.
 
         The paper's form, with :func:`rel_shift`, for keys at ``0 .. k_len-1``
@@ -226,7 +231,9 @@ class TransformerXLScheme(PositionalScheme):
         # keys beyond the last query are all masked: pad with zeros
         return F.pad(shifted, (0, k_len - count))
 
-    def position_logits(self, qv, q_positions, k_positions) -> torch.Tensor:
+    def position_logits(
+        self, qv: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor
+    ) -> torch.Tensor:
         """Unscaled ``(q + v) . W_{k,R} R_{p-s}`` for queries at ``p`` and keys at ``s``.
 
         ``qv`` is ``q + v``, ``(batch, num_heads, q_len, head_dim)``; positions
@@ -251,7 +258,9 @@ class TransformerXLScheme(PositionalScheme):
         key_side = torch.cat([cos_k, sin_k], -1)  # (1 or batch, 1, k_len, d_model)
         return query_side @ key_side.transpose(-1, -2)
 
-    def _shifted(self, q, q_positions, k_positions, scale):
+    def _shifted(
+        self, q: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor, scale: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(q + u, scale * position logits)``: what both hooks feed to the shared helpers."""
         self._check(q)
         u = self.u.to(q.dtype)[:, None, :]
@@ -259,7 +268,7 @@ class TransformerXLScheme(PositionalScheme):
         return q + u, scale * self.position_logits(q + vb, q_positions, k_positions)
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
         """``u`` and ``v`` drawn from N(0, 1), far from their small initialisation."""
         m = cls(num_heads, head_dim)
         with torch.no_grad():
@@ -267,7 +276,9 @@ class TransformerXLScheme(PositionalScheme):
             m.v.normal_()
         return {"": m}
 
-    def attend(self, q, k, v, ctx):
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+    ) -> torch.Tensor:
         """Transformer-XL: ``softmax(scale * ((q + u) k^T + (q + v) . W_R R_{p-s})) v``."""
         qu, pos = self._shifted(q, ctx.q_positions, ctx.k_positions, ctx.scale)
         return scaled_dot_product(
@@ -275,7 +286,7 @@ class TransformerXLScheme(PositionalScheme):
             scale=ctx.scale,
         )  # fmt: skip
 
-    def weights(self, q, k, ctx):
+    def weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         qu, pos = self._shifted(q, ctx.q_positions, ctx.k_positions, ctx.scale)
         logits = dot_scores(qu, k, ctx.scale) + pos
         w = softmax_weights(logits, mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset)
@@ -316,8 +327,14 @@ class TransformerXLAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, head_dim: int, *, mem_len=None, base: float = 10000.0
-    ):
+        self,
+        d_model: int,
+        num_heads: int,
+        head_dim: int,
+        *,
+        mem_len: int | None = None,
+        base: float = 10000.0,
+    ) -> None:
         super().__init__()
         self.d_model = check_even("d_model", d_model)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
@@ -330,7 +347,9 @@ class TransformerXLAttention(nn.Module):
         self.w_o = nn.Linear(inner, d_model, bias=False)
         self.scheme = TransformerXLScheme(num_heads, head_dim, d_model=d_model, base=base)
 
-    def _inputs(self, x, mems):
+    def _inputs(
+        self, x: torch.Tensor, mems: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x = check_floating("x", x, min_dim=3)
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
@@ -348,10 +367,12 @@ class TransformerXLAttention(nn.Module):
             )
         return x, torch.cat([mems.to(x.dtype), x], dim=1)
 
-    def _heads(self, t):
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(t.shape[0], t.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
 
-    def project(self, x: torch.Tensor, mems: torch.Tensor | None = None):
+    def project(
+        self, x: torch.Tensor, mems: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-head ``q`` from ``x`` and ``k``, ``v`` from ``[mems; x]``.
 
         Shapes ``(batch, num_heads, q_len, head_dim)`` and
@@ -361,11 +382,15 @@ class TransformerXLAttention(nn.Module):
         x, context = self._inputs(x, mems)
         return self._project(x, context)
 
-    def _project(self, x, context):
+    def _project(
+        self, x: torch.Tensor, context: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q = self._heads(self.w_q(x))
         return q, self._heads(self.w_ke(context)), self._heads(self.w_v(context))
 
-    def forward(self, x: torch.Tensor, mems: torch.Tensor | None = None):
+    def forward(
+        self, x: torch.Tensor, mems: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``x`` over ``[mems; x]``; return ``(out, new_mems)``."""
         x, context = self._inputs(x, mems)
         q, k, v = self._project(x, context)
@@ -377,7 +402,9 @@ class TransformerXLAttention(nn.Module):
             new_mems = context[:, max(0, context.shape[1] - self.mem_len) :].detach()
         return out, new_mems
 
-    def score_terms(self, x: torch.Tensor, mems: torch.Tensor | None = None):
+    def score_terms(
+        self, x: torch.Tensor, mems: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The four unscaled score terms, each ``(batch, num_heads, q_len, k_len)``.
 
         Returns ``(a, b, c, d)`` in absolute ``(i, j)`` indexing (query ``i`` of
