@@ -117,7 +117,9 @@ def half_to_interleaved(
     return _permute_rows(weight, num_heads, rotary_dim, "half", "interleaved")
 
 
-def _permute_rows(weight, num_heads, rotary_dim, src, dst):
+def _permute_rows(
+    weight: torch.Tensor, num_heads: int, rotary_dim: int | None, src: str, dst: str
+) -> torch.Tensor:
     weight = check_tensor("weight", weight, min_dim=1)
     num_heads = check_int("num_heads", num_heads, minimum=1)
     rows = weight.shape[0]

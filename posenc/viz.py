@@ -8,28 +8,31 @@ comes from a ``posenc`` function the chapter also checks.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.axes import Axes
 
 __all__ = ["table_heatmap", "clock_faces", "unit_circle_pairs"]
 
 
-def _axes(ax):
-    return ax if ax is not None else plt.subplots()[1]
+def _axes(ax: Axes | None) -> Axes:
+    out: Axes = ax if ax is not None else plt.subplots()[1]
+    return out
 
 
 def table_heatmap(
     table: torch.Tensor,
     *,
-    ax=None,
+    ax: Axes | None = None,
     title: str = "",
     xlabel: str = "dimension",
     ylabel: str = "position",
     cmap: str = "RdBu_r",
     symmetric: bool = True,
     colorbar: bool = True,
-):
+) -> Axes:
     """Draw ``table: (positions, features)`` as an image, position down, feature across.
 
     With ``symmetric=True`` the colour scale is centred on 0 (for tables in
@@ -38,15 +41,22 @@ def table_heatmap(
     ax = _axes(ax)
     data = table.detach().double().cpu().numpy()
     lim = float(abs(data).max()) if data.size else 1.0
-    kwargs = dict(vmin=-lim, vmax=lim) if symmetric else {}
-    im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap=cmap, **kwargs)
+    vmin, vmax = (-lim, lim) if symmetric else (None, None)  # None: imshow's default, the data
+    im = ax.imshow(data, aspect="auto", interpolation="nearest", cmap=cmap, vmin=vmin, vmax=vmax)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return ax
 
 
-def clock_faces(sin: torch.Tensor, cos: torch.Tensor, *, ax=None, title: str = "", labels=None):
+def clock_faces(
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    *,
+    ax: Axes | None = None,
+    title: str = "",
+    labels: Sequence[str] | None = None,
+) -> Axes:
     """One clock per frequency: a hand from the centre to ``(sin_i, cos_i)``.
 
     ``sin`` and ``cos`` are ``(h,)``: the pairs of one row of a sinusoidal
@@ -74,7 +84,13 @@ def clock_faces(sin: torch.Tensor, cos: torch.Tensor, *, ax=None, title: str = "
     return ax
 
 
-def unit_circle_pairs(points: torch.Tensor, *, ax=None, title: str = "", annotate=None):
+def unit_circle_pairs(
+    points: torch.Tensor,
+    *,
+    ax: Axes | None = None,
+    title: str = "",
+    annotate: Sequence[object] | None = None,
+) -> Axes:
     """Scatter 2-D points ``(n, 2)`` (e.g. successive ``(sin, cos)`` pairs) with the unit circle.
 
     Points are joined in order and numbered by ``annotate`` (a sequence of
