@@ -16,6 +16,7 @@ import posenc
 
 from .._checks import check_choice, check_float, check_int
 from .model import SCHEMES, TinyDecoder, check_scheme
+from .scoring import round_accuracies, rounded
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_loss, seed_for, train
 
@@ -310,8 +311,6 @@ class Lab:
         inputs, targets, weights = task.batch(c.recall_probe_sequences, c.train_len, g)
 
         def probe(step):
-            from .recall import round_accuracies
-
             log.append({"step": step, **round_accuracies(model, task, inputs, targets, weights)})
 
         return probe
@@ -335,11 +334,6 @@ class Lab:
 
     def floor(self, length: int) -> float:
         return self.lm.floor(length).mean().item()
-
-
-def rounded(x: float) -> float:
-    """``x`` rounded to 4 decimals: what every stored float is."""
-    return round(float(x), 4)
 
 
 def loss_row(lab: Lab, model, f: int, **keys) -> dict:

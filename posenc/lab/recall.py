@@ -46,7 +46,8 @@ import math
 
 import torch
 
-from .lab import ROPE_METHODS, Lab, rope_scaling_for, rounded
+from .lab import ROPE_METHODS, Lab, rope_scaling_for
+from .scoring import recall_accuracy, recall_hits, round_accuracies, rounded
 from .tasks import RecallTask
 from .train import seed_for
 
@@ -55,61 +56,6 @@ __all__ = [
     "learned_threshold", "needle_grid", "recall", "recall_accuracy", "recall_answers",
     "recall_curve", "recall_hits", "round_accuracies",
 ]  # fmt: skip
-
-
-# ------------------------------------------------------------------ scoring
-
-
-@torch.no_grad()
-def recall_accuracy(model, task: RecallTask, inputs, targets, weights, max_batch: int = 16):
-    """``(accuracy, loss)`` over the scored answers: argmax over the value tokens, and
-    the cross-entropy over the whole vocabulary (nats), both means over scored answers."""
-    model.eval()
-    device = next(model.parameters()).device
-    lo, hi = task.keys, task.keys + task.values
-    correct, loss, count = 0, 0.0, 0
-    for start in range(0, len(inputs), max_batch):
-        x = inputs[start : start + max_batch].to(device)
-        y = targets[start : start + max_batch].to(device)
-        w = weights[start : start + max_batch].to(device) > 0
-        logits = model(x)[w].float()
-        correct += int((logits[:, lo:hi].argmax(-1) + lo == y[w]).sum())
-        loss += torch.nn.functional.cross_entropy(logits, y[w], reduction="sum").item()
-        count += int(w.sum())
-    return correct / count, loss / count
-
-
-@torch.no_grad()
-def recall_hits(model, task: RecallTask, inputs, targets, weights, max_batch: int = 16):
-    """Bool ``(answers,)``: whether the argmax over the value tokens is the answer, at every
-    scored position, in row-major order (the order of :meth:`RecallTask.band_batch`'s
-    ``distances``)."""
-    model.eval()
-    device = next(model.parameters()).device
-    lo, hi = task.keys, task.keys + task.values
-    out = []
-    for start in range(0, len(inputs), max_batch):
-        x = inputs[start : start + max_batch].to(device)
-        y = targets[start : start + max_batch].to(device)
-        w = weights[start : start + max_batch].to(device) > 0
-        logits = model(x)[w]
-        out.append((logits[:, lo:hi].argmax(-1) + lo == y[w]).cpu())
-    return torch.cat(out)
-
-
-def round_accuracies(model, task: RecallTask, inputs, targets, weights) -> dict:
-    """In-view accuracy of inputs from :meth:`RecallTask.batch`: over every round
-    (``accuracy``) and over each round alone (``accuracy_round1``, ...), floats."""
-    hits = recall_hits(model, task, inputs, targets, weights)
-    length = inputs.shape[1]
-    per_row = weights[0] > 0  # every row scores the same positions
-    order = torch.nonzero(per_row).flatten()
-    out = {"accuracy": rounded(hits.double().mean())}
-    grid = hits.view(len(inputs), len(order))
-    for r in range(task.rounds):
-        cols = task.round_mask(length, r)[order]
-        out[f"accuracy_round{r + 1}"] = rounded(grid[:, cols].double().mean())
-    return out
 
 
 def _schemes(lab: Lab) -> tuple[str, ...]:
