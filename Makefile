@@ -39,7 +39,7 @@ lint: env
 # The Examples sections of the docstrings, run as tests (option flags in pyproject.toml):
 # an example whose printed output changes fails `make test`.
 doctest: env
-	OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --doctest-modules posenc
+	$(NATIVE) OMP_NUM_THREADS=1 $(BIN)/pytest -q -p no:cacheprovider --doctest-modules posenc
 
 # mypy --strict on posenc/, configured in pyproject.toml ([tool.mypy]; what it leaves out is
 # named there): the annotations users' type checkers read (posenc ships py.typed).
@@ -49,8 +49,16 @@ typecheck: env
 # On x86-64 the main run is pinned to AVX2 (PyTorch's kernels, MKL's and oneDNN's), so
 # that every x86 machine takes the same code paths, and a machine with AVX-512 re-runs
 # the chapters, whose outputs are stored from a native run, under a second instruction set.
+# Each instruction set keeps its own Inductor cache: the cache key leaves out the vector
+# ISA, so a graph compiled natively and loaded under AVX2 (or the reverse) computes
+# garbage (README, "Upstream workarounds"; .ci/upstream/inductor_cache_isa.py).
+INDUCTOR_CACHE := $(or $(TMPDIR),/tmp)/posenc-inductor-$(shell id -u)
+NATIVE := TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE)-native
 ifeq ($(shell uname -m),x86_64)
-AVX2 := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+AVX2 := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+	TORCHINDUCTOR_CACHE_DIR=$(INDUCTOR_CACHE)-avx2
+else
+AVX2 := $(NATIVE)
 endif
 # The compiled paths (FlexAttention, the fused RoPE), run again under the CPU's own ISA.
 FUSED := tests/test_flex.py tests/test_flex_sweep.py tests/test_flex_schemes_sweep.py \
@@ -65,7 +73,7 @@ unit: env
 		--ignore=tests/test_site.py --ignore=tests/test_browser.py tests book
 
 native: env
-	OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile $(FUSED)
+	$(NATIVE) OMP_NUM_THREADS=1 $(BIN)/pytest -n $(JOBS) --dist loadfile $(FUSED)
 
 # The upstream faults posenc routes around, for information: each check prints
 # "present" or "absent" (README, "Upstream workarounds") and fails only if it breaks.
