@@ -38,7 +38,7 @@ import os
 import shutil
 import sys
 import types
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import torch
@@ -48,8 +48,9 @@ __all__: list[str] = []  # private module
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-# What identifies a region: the kernel's name and a signature (dtypes, devices, ranks, ...).
-Key = tuple[Hashable, ...]
+# What identifies a region: the kernel's name or scheme class and a signature (dtypes,
+# devices, ranks, ...), all hashable (mypy's Hashable protocol refuses classes, so: object).
+Key = tuple[object, ...]
 
 # Graphs one region may hold before a fresh region replaces it.
 RECOMPILE_LIMIT = 16

@@ -81,13 +81,21 @@ from __future__ import annotations
 
 import functools
 import os
+import types
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import torch
 
 from . import _compile
 from ._checks import check_choice, warn_caller
 from ._runtime import has_values
-from .scheme import as_scheme
+from ._types import ScoreMod
+from .context import CallContext
+from .scheme import PositionalScheme, as_scheme
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["PaddedHeadDim", "flex_available", "supports_flex"]
 
@@ -102,8 +110,17 @@ BLOCK = 128
 # below it the dense bias is small and the eager path costs no compile.
 AUTO_MIN_SCORES = 1 << 20
 
+# FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> keep, and the tensors of a block mask
+# (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices).
+_MaskMod: TypeAlias = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+]
+_Blocks: TypeAlias = tuple[torch.Tensor, ...]
+# What a compiled graph depends on: the scheme class, then the signature (see _signature).
+_Key: TypeAlias = "tuple[type[PositionalScheme], Unpack[tuple[Hashable, ...]]]"
 
-def _flex_module():
+
+def _flex_module() -> types.ModuleType | None:
     try:
         from torch.nn.attention import flex_attention as fa
     except ImportError:  # torch < 2.5
@@ -134,13 +151,25 @@ def _cpu_kernel_missing() -> str | None:
     return None
 
 
-def flex_available(device="cpu") -> bool:
+def flex_available(device: torch.device | str = "cpu") -> bool:
     """Whether FlexAttention can compile and run on ``device`` (a device or its type).
 
     This says whether the tools are there (PyTorch 2.5+, a C++ compiler and
     AVX2 on a CPU, Triton on a GPU).  A compile failure of one scheme is remembered for
-    that scheme and that signature only (see :func:`failures`), so it never
+    that scheme and that signature only (see ``posenc.flex.failures()``), so it never
     makes this false.
+
+    Parameters
+    ----------
+    device
+        A :class:`torch.device` or a device string (``"cpu"``, ``"cuda"``,
+        ``"cuda:1"``, ...); only its type matters.
+
+    Returns
+    -------
+    bool
+        True when FlexAttention compiles on this type of device; the answer is
+        cached per device type.
     """
     return _compiler_missing(torch.device(device).type) is None
 
@@ -155,7 +184,14 @@ class PaddedHeadDim(UserWarning):
     """Said once: on a CPU, FlexAttention pads a head dimension below 24 (exact, slower)."""
 
 
-def _flex_call(q, k, v, blocks, mask_mod, **kwargs):
+def _flex_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    blocks: _Blocks | None,
+    mask_mod: _MaskMod | None,
+    **kwargs: Any,
+) -> torch.Tensor:
     """FlexAttention itself; each region compiles a copy of this function (its own code object).
 
     The block mask is built here, from its tensors ``blocks`` (or none), so that
@@ -163,27 +199,31 @@ def _flex_call(q, k, v, blocks, mask_mod, **kwargs):
     BlockMask made outside would carry them as constants and recompile per length.
     """
     fa = _flex_module()
+    assert fa is not None  # run() is only reached where _compiler_missing found it
     block_mask = None
     if blocks is not None:
         block_mask = fa.BlockMask.from_kv_blocks(
             *blocks, BLOCK_SIZE=BLOCK, mask_mod=mask_mod, seq_lengths=(q.shape[-2], k.shape[-2]),
             compute_q_blocks=q.device.type != "cpu",  # for the backward, which CPUs lack
         )  # fmt: skip
-    return fa.flex_attention(q, k, v, block_mask=block_mask, **kwargs)
+    out: torch.Tensor = fa.flex_attention(q, k, v, block_mask=block_mask, **kwargs)
+    return out
 
 
 # (scheme class, signature) -> why compiling failed there: only that scheme and
 # that signature take the eager path afterwards; every other keeps the fused one.
-_failed: dict[tuple, str] = {}
-_warned: set = set()
+_failed: dict[_Key, str] = {}
+_warned: set[tuple[type[PositionalScheme], str]] = set()
 
 
-def failures() -> dict:
+def failures() -> dict[tuple[Hashable, ...], str]:
     """What failed to compile so far: ``{(scheme class name, signature): reason}`` (a copy)."""
     return {(cls.__name__, *sig): why for (cls, *sig), why in _failed.items()}
 
 
-def _signature(q, k, v, ctx) -> tuple:
+def _signature(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: CallContext
+) -> tuple[Hashable, ...]:
     """What a compiled graph depends on besides the lengths (which are dynamic).
 
     A length of 1 is kept apart (Dynamo specialises sizes 0 and 1).
@@ -195,7 +235,7 @@ def _signature(q, k, v, ctx) -> tuple:
     )  # fmt: skip
 
 
-def _warn_once(cls, why: str) -> None:
+def _warn_once(cls: type[PositionalScheme], why: str) -> None:
     key = (cls, why.split(":")[0])
     if key not in _warned:
         _warned.add(key)
@@ -209,7 +249,7 @@ def _warn_once(cls, why: str) -> None:
 # --- which schemes FlexAttention expresses ---------------------------------------------------
 
 
-def supports_flex(encoding) -> bool:
+def supports_flex(encoding: PositionalScheme | None) -> bool:
     """Whether ``encoding`` runs exactly through FlexAttention (``backend="flex"``).
 
     True for ``None``, schemes that only rotate (RoPE) and schemes whose
@@ -217,11 +257,27 @@ def supports_flex(encoding) -> bool:
     their ``bias`` (ALiBi, T5 and their subclasses, any scheme that writes a
     ``score_mod``); false for schemes that replace ``attend`` or add a bias
     with no matching ``score_mod``.  See :meth:`posenc.PositionalScheme.fused`.
+
+    Parameters
+    ----------
+    encoding
+        A :class:`posenc.PositionalScheme`, or ``None`` (no positional encoding).
+
+    Returns
+    -------
+    bool
+        Whether ``posenc.attention(..., backend="flex")`` accepts this
+        encoding.  It says nothing of the device: see :func:`flex_available`.
+
+    Raises
+    ------
+    TypeError
+        If ``encoding`` is neither a scheme nor ``None``.
     """
     return type(as_scheme(encoding)).fused()
 
 
-def _why_not(scheme) -> str:
+def _why_not(scheme: PositionalScheme) -> str:
     cls = type(scheme)
     name = cls.__name__
     if "attend" in cls.hooks():
@@ -235,7 +291,15 @@ def _why_not(scheme) -> str:
 # --- the path itself ---------------------------------------------------------------------------
 
 
-def choose(backend: str, scheme, q, k, ctx, *, needs_grad: bool) -> bool:
+def choose(
+    backend: str,
+    scheme: PositionalScheme,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    ctx: CallContext,
+    *,
+    needs_grad: bool,
+) -> bool:
     """Whether :func:`posenc.attention` runs this call through FlexAttention.
 
     ``"eager"``: never.  ``"flex"``: always, or a clear error.  ``"auto"``: only
@@ -286,7 +350,15 @@ def choose(backend: str, scheme, q, k, ctx, *, needs_grad: bool) -> bool:
     )
 
 
-def run(scheme, q, k, v, ctx, *, explicit: bool):
+def run(
+    scheme: PositionalScheme,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ctx: CallContext,
+    *,
+    explicit: bool,
+) -> torch.Tensor | None:
     """FlexAttention for validated 4-D tensors, ``q`` and ``k`` already rotated.
 
     Returns ``None`` when this scheme cannot be compiled for this signature
@@ -297,7 +369,7 @@ def run(scheme, q, k, v, ctx, *, explicit: bool):
     uncompiled.
     """
     cls = type(scheme)
-    key = (cls, *_signature(q, k, v, ctx))
+    key: _Key = (cls, *_signature(q, k, v, ctx))
     why = _failed.get(key)
     if why is None:
         args, kwargs = _prepare(scheme, q, k, v, ctx)
@@ -318,12 +390,21 @@ def run(scheme, q, k, v, ctx, *, explicit: bool):
     return None
 
 
-def _first_line(exc) -> str:
+def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else ""
 
 
-def _prepare(scheme, q, k, v, ctx):
+def _prepare(
+    scheme: PositionalScheme,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ctx: CallContext,
+) -> tuple[
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor, _Blocks | None, _MaskMod | None],
+    dict[str, Any],
+]:
     """FlexAttention's arguments for this call: ``(q, k, v)`` and its keywords."""
     mod = scheme.score_mod(ctx)
     if mod is None and type(scheme).changes_scores():
@@ -336,15 +417,18 @@ def _prepare(scheme, q, k, v, ctx):
     offset = _default_offset(ctx.q_positions, ctx.k_positions, ctx.q_offset)
     score_mod = _score_mod(mod, ctx.q_positions, ctx.k_positions, extra, batch, offset)
     blocks, mask_mod = _block_mask(keep, ctx.causal, ctx.q_offset, q_len, k_len, q.device)
-    kwargs = dict(score_mod=score_mod, scale=ctx.scale, enable_gqa=k.shape[1] != heads)
+    kwargs: dict[str, Any] = dict(
+        score_mod=score_mod, scale=ctx.scale, enable_gqa=k.shape[1] != heads
+    )
     q, k = _pad_head_dim(q, k)
-    return (*_compile.dynamic_views(q, k, v, dims=(2,)), blocks, mask_mod), kwargs
+    qd, kd, vd = _compile.dynamic_views(q, k, v, dims=(2,))
+    return (qd, kd, vd, blocks, mask_mod), kwargs
 
 
-_said: set = set()
+_said: set[type[Warning]] = set()
 
 
-def _pad_head_dim(q, k):
+def _pad_head_dim(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` and ``k`` zero-padded to a head dimension the CPU kernel computes right.
 
     The padded features add exact zeros to every score, and the scale was fixed
@@ -366,7 +450,9 @@ def _pad_head_dim(q, k):
     return torch.nn.functional.pad(q, pad), torch.nn.functional.pad(k, pad)
 
 
-def _split_mask(mask, batch, heads, q_len, k_len):
+def _split_mask(
+    mask: torch.Tensor | None, batch: int, heads: int, q_len: int, k_len: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The caller's merged mask as a boolean keep-mask and a finite additive part (or None)."""
     if mask is None:
         return None, None
@@ -376,7 +462,9 @@ def _split_mask(mask, batch, heads, q_len, k_len):
     return keep, mask.masked_fill(~keep, 0.0)
 
 
-def _default_offset(q_positions, k_positions, q_offset):
+def _default_offset(
+    q_positions: torch.Tensor, k_positions: torch.Tensor, q_offset: int
+) -> torch.Tensor | None:
     """``q_offset`` as a 0-d tensor when the positions are the default ones, else ``None``.
 
     Keys at ``0 .. k_len-1`` and queries at ``q_offset + i`` need no lookup in
@@ -393,13 +481,27 @@ def _default_offset(q_positions, k_positions, q_offset):
     return torch.tensor(q_offset, device=k_positions.device)
 
 
-def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
+def _score_mod(
+    mod: ScoreMod | None,
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    extra: torch.Tensor | None,
+    batch: int,
+    offset: torch.Tensor | None = None,
+) -> ScoreMod | None:
     """One score_mod: the scheme's term at the positions, then the caller's finite bias."""
     if mod is None and extra is None:
         return None
-    if offset is not None and extra is None:
+    # extra is None here, so mod is set (both None returned above)
+    if offset is not None and extra is None and mod is not None:
 
-        def by_index(score, b, h, q_idx, kv_idx):  # default positions: no lookup
+        def by_index(  # default positions: no lookup
+            score: torch.Tensor,
+            b: torch.Tensor,
+            h: torch.Tensor,
+            q_idx: torch.Tensor,
+            kv_idx: torch.Tensor,
+        ) -> torch.Tensor:
             return mod(score, b, h, q_idx + offset, kv_idx)
 
         return by_index
@@ -412,7 +514,13 @@ def _score_mod(mod, q_positions, k_positions, extra, batch, offset=None):
     if extra is not None:
         extra = _bucketed(extra, (2, 3))
 
-    def score_mod(score, b, h, q_idx, kv_idx):
+    def score_mod(
+        score: torch.Tensor,
+        b: torch.Tensor,
+        h: torch.Tensor,
+        q_idx: torch.Tensor,
+        kv_idx: torch.Tensor,
+    ) -> torch.Tensor:
         if mod is not None:
             score = mod(score, b, h, qp[b, q_idx], kp[b, kv_idx])
         if extra is not None:
@@ -427,7 +535,7 @@ def _capacity(n: int) -> int:
     return max(2 * BLOCK, 1 << (n - 1).bit_length())
 
 
-def _bucketed(t, dims):
+def _bucketed(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     """``t`` padded along ``dims`` (those not broadcast) to their bucket, with static sizes.
 
     A table the kernel reads by position (per-sample positions, a padding
@@ -447,10 +555,17 @@ def _bucketed(t, dims):
     return t
 
 
-_causal_cache: dict = {}
+_causal_cache: dict[tuple[bool, int, int, int, str], tuple[_Blocks, _MaskMod]] = {}
 
 
-def _block_mask(keep, causal, q_offset, q_len, k_len, device):
+def _block_mask(
+    keep: torch.Tensor | None,
+    causal: bool,
+    q_offset: int,
+    q_len: int,
+    k_len: int,
+    device: torch.device,
+) -> tuple[_Blocks | None, _MaskMod | None]:
     """The block mask of the causal mask and the caller's keep-mask: ``(blocks, mask_mod)``.
 
     ``blocks`` is ``(kv_num_blocks, kv_indices, full_kv_num_blocks,
@@ -488,7 +603,7 @@ def _block_mask(keep, causal, q_offset, q_len, k_len, device):
     partial = partial.expand(b_, h_, qb, kb)
     every = every.expand(b_, h_, qb, kb)
 
-    def ordered(dense):
+    def ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         num = dense.sum(-1, dtype=torch.int32)
         idx = torch.argsort(~dense, dim=-1, stable=True).to(torch.int32)
         return num.contiguous(), idx.contiguous()
@@ -503,7 +618,13 @@ def _block_mask(keep, causal, q_offset, q_len, k_len, device):
     return result
 
 
-def _blocks(keep, qb, kb, *, fill, op):
+class _Reduce(Protocol):
+    """A reduction over one dimension, as ``torch.any`` and ``torch.all``."""
+
+    def __call__(self, input: torch.Tensor, dim: int) -> torch.Tensor: ...
+
+
+def _blocks(keep: torch.Tensor, qb: int, kb: int, *, fill: bool, op: _Reduce) -> torch.Tensor:
     """Reduce a keep-mask ``(B|1, H|1, Q|1, K|1)`` over blocks: ``(B|1, H|1, qb|1, kb|1)``.
 
     Size-1 dimensions stay size 1 (a padding mask is never expanded to the
@@ -519,13 +640,17 @@ def _blocks(keep, qb, kb, *, fill, op):
     return keep
 
 
-def _mask_mod(keep, causal, q_offset, device):
+def _mask_mod(
+    keep: torch.Tensor | None, causal: bool, q_offset: int, device: torch.device
+) -> _MaskMod:
     offset = torch.tensor(q_offset, device=device)
     kb, kh, kq, kk = (1, 1, 1, 1) if keep is None else (int(s != 1) for s in keep.shape)
     if keep is not None:
         keep = _bucketed(keep, (2, 3))
 
-    def mask_mod(b, h, q_idx, kv_idx):
+    def mask_mod(
+        b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ) -> torch.Tensor:
         # q_offset as a tensor: a new offset (chunked prefill) needs no recompile
         ok = kv_idx <= q_idx + offset if causal else kv_idx >= 0
         if keep is not None:
