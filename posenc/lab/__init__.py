@@ -21,7 +21,9 @@ plots (``matplotlib``) are imported when used.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
@@ -85,7 +87,11 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SPLITS = ("discovery", "confirmation")
 
 
-def results_path(preset: str = "full", directory=None, split: str = "discovery") -> Path:
+def results_path(
+    preset: str = "full",
+    directory: str | os.PathLike[str] | None = None,
+    split: str = "discovery",
+) -> Path:
     """The file of ``preset``'s results in ``directory`` (default :data:`RESULTS_DIR`):
     ``<preset>.json`` for the discovery set (seeds 0-4), ``<preset>-confirmation.json``
     for the confirmation set (seeds 5 and up)."""
@@ -97,7 +103,11 @@ def results_path(preset: str = "full", directory=None, split: str = "discovery")
     return (RESULTS_DIR if directory is None else Path(directory)) / name
 
 
-def load_results(preset: str = "full", directory=None, split: str = "discovery") -> dict:
+def load_results(
+    preset: str = "full",
+    directory: str | os.PathLike[str] | None = None,
+    split: str = "discovery",
+) -> dict[str, Any]:
     """The stored output of ``run_all(PRESETS[preset], seeds=...)``: :func:`results_path`.
 
     ``directory`` defaults to the results shipped with the package

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Literal, TypeAlias, overload
 
 import torch
 
@@ -23,6 +25,11 @@ from .train import evaluate_loss, seed_for, train
 __all__ = ["PRESETS", "ROPE_METHODS", "Lab", "LabConfig", "loss_row", "rope_scaling_for", "rounded"]
 
 ROPE_METHODS = ("none", "pi", "ntk", "yarn", "llama3")
+
+#: One row of an experiment's table: JSON-ready fields (str, int, float, bool, None, lists).
+Row: TypeAlias = dict[str, Any]
+# A trained model's key in Lab: (task, scheme, inject, *sorted (setting, value) pairs).
+_ModelKey: TypeAlias = tuple[Hashable, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +93,7 @@ class LabConfig:
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.passkey_schemes is not None and tuple(self.passkey_schemes) == tuple(self.schemes):
             object.__setattr__(self, "passkey_schemes", None)  # frozen: canonical form, once
         for name in (
@@ -130,22 +137,24 @@ class LabConfig:
             max(self.eval_factors), self.passkey_factor, self.curse_factor, max(self.recall_factors)
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Every field, tuples as lists; ``passkey_schemes`` written out in full."""
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 
     @classmethod
-    def from_dict(cls, d: dict) -> LabConfig:
+    def from_dict(cls, d: Mapping[str, Any]) -> LabConfig:
         """The config of a stored run.  Fields of :data:`LEGACY_FIELDS` (settings of
         experiments since removed) are dropped; any other unknown field is an error."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known - set(LEGACY_FIELDS))
         if unknown:
             raise ValueError(f"config must hold LabConfig fields only, got {', '.join(unknown)}")
-        return cls(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
-        )
+        # JSON values: each field's type is checked by __post_init__
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known
+        }
+        return cls(**fields)
 
 
 #: Fields of stored configs that set experiments no longer in the lab: ``recall_long_steps``
@@ -208,7 +217,7 @@ PRESETS = {
 }
 
 
-def rope_scaling_for(method: str, factor: float, train_len: int):
+def rope_scaling_for(method: str, factor: float, train_len: int) -> posenc.RopeScaling | None:
     """The :class:`posenc.RopeScaling` of ``method`` (one of :data:`ROPE_METHODS`) at ``factor``.
 
     ``None`` (plain RoPE) for ``"none"`` or ``factor == 1``.
@@ -216,32 +225,45 @@ def rope_scaling_for(method: str, factor: float, train_len: int):
     check_choice("method", method, ROPE_METHODS)
     if method == "none" or factor == 1:
         return None
-    return {
+    makers: dict[str, Callable[[], posenc.RopeScaling]] = {
         "pi": lambda: posenc.RopeScaling.linear(factor),
         "ntk": lambda: posenc.RopeScaling.ntk(factor),
         "yarn": lambda: posenc.RopeScaling.yarn(factor, train_len),
         "llama3": lambda: posenc.RopeScaling.llama3(factor, train_len),
-    }[method]()
+    }
+    return makers[method]()
 
 
 class Lab:
     """Trains the models an experiment asks for, once, and remembers them."""
 
-    def __init__(self, config: LabConfig | None = None, *, progress: bool = False, device="cpu"):
+    def __init__(
+        self,
+        config: LabConfig | None = None,
+        *,
+        progress: bool = False,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.config = PRESETS["full"] if config is None else config
         self.progress = progress
         self.device = torch.device(device)  # data is drawn on the CPU, models run here
         self.lm = LanguageTask()
         self.retrieval = RetrievalTask()
         self.recall = RecallTask(pairs=self.config.recall_pairs)
-        self._tasks = {"lm": self.lm, "passkey": self.retrieval, "recall": self.recall}
-        self._models: dict = {}
+        self._tasks: dict[str, LanguageTask | RetrievalTask | RecallTask] = {
+            "lm": self.lm,
+            "passkey": self.retrieval,
+            "recall": self.recall,
+        }
+        self._models: dict[_ModelKey, tuple[TinyDecoder, list[float]]] = {}
         #: ``{(task, scheme, ...): [{"step", "accuracy", "accuracy_round1",
         #: "accuracy_round2"}, ...]}``: the in-view accuracy of each recall model,
         #: probed during training every ``recall_probe_every`` steps
-        self.probes: dict = {}
+        self.probes: dict[_ModelKey, list[dict[str, float]]] = {}
 
-    def model(self, task: str, scheme: str, inject: str = "input", **variant):
+    def model(
+        self, task: str, scheme: str, inject: str = "input", **variant: float
+    ) -> tuple[TinyDecoder, list[float]]:
         """``(model, curve)``: a :class:`TinyDecoder` trained at ``train_len`` on ``task``.
 
         ``variant``: :class:`TinyDecoder` settings that differ from the
@@ -265,7 +287,8 @@ class Lab:
                 sorted((k, v) for k, v in variant.items() if k != "steps")
             )
             torch.manual_seed(seed_for(c.seed, "init", *same))
-            settings = dict(
+            # TinyDecoder's keyword arguments (ints, a str, a float, None)
+            settings: dict[str, Any] = dict(
                 d_model=c.d_model,
                 layers=c.layers,
                 heads=c.heads,
@@ -303,19 +326,42 @@ class Lab:
             self._models[key] = (model, curve)
         return self._models[key]
 
-    def _recall_probe(self, model, log: list):
+    def _recall_probe(
+        self, model: TinyDecoder, log: list[dict[str, float]]
+    ) -> Callable[[int], None]:
         """A training callback that appends the in-view accuracy (every round, and each
         round alone) on fixed probe inputs to ``log``."""
         c, task = self.config, self.recall
         g = torch.Generator().manual_seed(seed_for(c.seed, "recall-probe"))
         inputs, targets, weights = task.batch(c.recall_probe_sequences, c.train_len, g)
 
-        def probe(step):
+        def probe(step: int) -> None:
             log.append({"step": step, **round_accuracies(model, task, inputs, targets, weights)})
 
         return probe
 
-    def lm_loss(self, model, length: int, name: str = "length", per_sequence: bool = False):
+    @overload
+    def lm_loss(
+        self,
+        model: torch.nn.Module,
+        length: int,
+        name: str = ...,
+        per_sequence: Literal[False] = ...,
+    ) -> torch.Tensor: ...
+
+    @overload
+    def lm_loss(
+        self, model: torch.nn.Module, length: int, name: str, per_sequence: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    @overload
+    def lm_loss(
+        self, model: torch.nn.Module, length: int, *, per_sequence: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def lm_loss(
+        self, model: torch.nn.Module, length: int, name: str = "length", per_sequence: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Per-position loss ``(length,)`` on evaluation data shared by every model.
 
         ``max(32, eval_tokens // length)`` fresh sequences; with
@@ -333,10 +379,10 @@ class Lab:
         )
 
     def floor(self, length: int) -> float:
-        return self.lm.floor(length).mean().item()
+        return float(self.lm.floor(length).mean().item())
 
 
-def loss_row(lab: Lab, model, f: int, **keys) -> dict:
+def loss_row(lab: Lab, model: torch.nn.Module, f: int, **keys: Any) -> Row:
     """One tidy row: ``keys``, then the mean loss at ``f * L``, the floor there and the excess.
 
     ``eval_se`` is the standard error of ``loss`` over the evaluation

@@ -43,10 +43,13 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, TypeAlias
 
 import torch
 
-from .lab import ROPE_METHODS, Lab, rope_scaling_for
+from .lab import ROPE_METHODS, Lab, Row, rope_scaling_for
+from .model import TinyDecoder
 from .scoring import recall_accuracy, recall_hits, round_accuracies, rounded
 from .tasks import RecallTask
 from .train import seed_for
@@ -56,6 +59,9 @@ __all__ = [
     "learned_threshold", "needle_grid", "recall", "recall_accuracy", "recall_answers",
     "recall_curve", "recall_hits", "round_accuracies",
 ]  # fmt: skip
+
+# (lo, hi, inputs, targets, weights, distances) of one band at one context
+_BandInputs: TypeAlias = tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _schemes(lab: Lab) -> tuple[str, ...]:
@@ -76,13 +82,13 @@ def bands(train_len: int, factor: int, block: int) -> list[tuple[str, int, int]]
     return out
 
 
-def _band_inputs(lab: Lab):
+def _band_inputs(lab: Lab) -> dict[tuple[int, str], _BandInputs]:
     """``{(factor, label): (lo, hi, inputs, targets, weights, distances)}``: the band inputs
     of one seed, shared by every model (fixed by the seed, the factor and the band)."""
     c = lab.config
     L, task = c.train_len, lab.recall
     count = math.ceil(c.recall_band_answers / task.pairs)
-    out = {}
+    out: dict[tuple[int, str], _BandInputs] = {}
     for f in c.recall_factors:
         for label, lo, hi in bands(L, f, task.block):
             g = torch.Generator().manual_seed(seed_for(c.seed, "recall-band", f, lo))
@@ -90,7 +96,7 @@ def _band_inputs(lab: Lab):
     return out
 
 
-def recall(lab: Lab) -> list[dict]:
+def recall(lab: Lab) -> list[Row]:
     """Every recall model scored in view and by distance band, with the window-of-L control.
 
     In view (``factor = 0``): ``recall_sequences`` ordinary inputs of ``L``;
@@ -117,9 +123,9 @@ def recall(lab: Lab) -> list[dict]:
     inputs = _band_inputs(lab)
     chance = rounded(1 / task.values)
     threshold = learned_threshold(task)
-    rows = []
+    rows: list[Row] = []
 
-    def by_band(name, model, factors):
+    def by_band(name: str, model: TinyDecoder, factors: Collection[int]) -> None:
         for (f, label), (lo, hi, x, y, w, _) in inputs.items():
             if f not in factors or (model.max_len is not None and f * L > model.max_len):
                 continue
@@ -159,7 +165,7 @@ def recall(lab: Lab) -> list[dict]:
     return rows
 
 
-def recall_answers(lab: Lab) -> list[dict]:
+def recall_answers(lab: Lab) -> list[Row]:
     """The distance of every answer :func:`recall` scores by band: one row per context and
     band, ``distances`` (query position minus key position, in the order of the ``hits``
     of :func:`recall`'s rows).  Needs no model."""
@@ -169,28 +175,31 @@ def recall_answers(lab: Lab) -> list[dict]:
     ]
 
 
-def criterion_step(probes: list[dict], threshold: float) -> int | None:
-    """The first probed step whose in-view accuracy exceeds ``threshold`` (``None``: never)."""
+def criterion_step(probes: Iterable[Mapping[str, float]], threshold: float) -> float | None:
+    """The first probed step whose in-view accuracy exceeds ``threshold`` (``None``: never).
+
+    ``probes``: :attr:`Lab.probes` entries, whose ``step`` is an int (returned as stored).
+    """
     return next((p["step"] for p in probes if p["accuracy"] > threshold), None)
 
 
-def recall_curve(lab: Lab) -> list[dict]:
+def recall_curve(lab: Lab) -> list[Row]:
     """The in-view accuracy of every recall model, probed during training every
     ``recall_probe_every`` steps on ``recall_probe_sequences`` fixed inputs: rows
     ``scheme``, ``step``, ``accuracy``, ``accuracy_round1``, ``accuracy_round2``."""
-    rows = []
+    rows: list[Row] = []
     for scheme in _schemes(lab):
         lab.model("recall", scheme)
         rows += [{"scheme": scheme, **p} for p in lab.probes[("recall", scheme, "input")]]
     return rows
 
 
-def needle_grid(lab: Lab) -> list[dict]:
+def needle_grid(lab: Lab) -> list[Row]:
     """Accuracy of the needle's answer at each depth (``needle_depths``) and context
     ``c L`` (``c`` in ``recall_factors``): one grid per scheme, the recall models."""
     c = lab.config
     L, task = c.train_len, lab.recall
-    rows = []
+    rows: list[Row] = []
     sequences = max(32, c.recall_sequences // 2)
     for scheme in _schemes(lab):
         model, _ = lab.model("recall", scheme)
@@ -225,9 +234,9 @@ def learned_threshold(task: RecallTask) -> float:
     return (1 + ceiling) / 2
 
 
-def learned_seeds(rows: list[dict]) -> dict:
+def learned_seeds(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
     """``{scheme: (seeds that learned the task, seeds)}`` from :func:`recall` rows."""
-    out: dict = {}
+    out: dict[str, tuple[int, int]] = {}
     for r in rows:
         if r.get("factor") == 0:
             got, total = out.get(r["scheme"], (0, 0))

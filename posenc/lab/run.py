@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import torch
 
 from .._checks import check_choice, check_int
 from .experiments import EXPERIMENTS, curse_summary
-from .lab import PRESETS, Lab, LabConfig
+from .lab import PRESETS, Lab, LabConfig, Row
 from .stats import t_interval
 from .train import peak_memory_mb
 
@@ -24,17 +26,25 @@ __all__ = [
     "summarize",
 ]  # fmt: skip
 
+#: A :func:`run_all` output, as stored in a results file: ``config``, ``seeds``,
+#: ``results`` (``{experiment: [row, ...]}``) and ``meta`` (JSON: fields of several types).
+Output: TypeAlias = dict[str, Any]
+#: Seeds as :func:`parse_seeds` takes them: ``"0-4"``, ``"0,2,5"``, one int, or a list.
+Seeds: TypeAlias = str | int | list[int] | tuple[int, ...] | range
+# What one seed finished: its rows per experiment, and its meta (seconds, memory, error).
+_SeedRun: TypeAlias = tuple[dict[str, list[Row]], dict[str, Any]]
 
-def parse_seeds(text) -> list[int]:
+
+def parse_seeds(text: Seeds) -> list[int]:
     """Seeds from ``"0-4"``, ``"0,2,5"``, ``"3"`` or a list; ``ValueError`` naming ``seeds``."""
     if isinstance(text, (list, tuple, range)):
         seeds = [check_int("seeds", s, minimum=0) for s in text]
     else:
         seeds = []
         for part in str(text).split(","):
-            lo, sep, hi = part.strip().partition("-")
+            first, sep, last = part.strip().partition("-")
             try:
-                lo, hi = int(lo), int(hi) if sep else int(lo)
+                lo, hi = int(first), int(last) if sep else int(first)
             except ValueError:
                 raise ValueError(
                     f"seeds must be non-negative integers or ranges like '0-4', got {text!r}"
@@ -50,8 +60,14 @@ def parse_seeds(text) -> list[int]:
 
 
 def _run_seed(
-    config: LabConfig, names, progress=False, log=None, threads=None, device="cpu", done=None
-):
+    config: LabConfig,
+    names: Sequence[str],
+    progress: bool = False,
+    log: Callable[[str], object] | None = None,
+    threads: int | None = None,
+    device: str | torch.device = "cpu",
+    done: Callable[[dict[str, list[Row]], dict[str, Any]], None] | None = None,
+) -> _SeedRun:
     """All ``names`` for one seed: ``(results, meta)``; every row starts with ``seed``.
 
     ``done(results, meta)``, when given, is called after every experiment with
@@ -62,7 +78,8 @@ def _run_seed(
     if threads is not None:
         torch.set_num_threads(threads)
     lab = Lab(config, progress=progress, device=device)
-    results, meta = {}, {"seconds": {}, "peak_memory_mb": {}}
+    results: dict[str, list[Row]] = {}
+    meta: dict[str, Any] = {"seconds": {}, "peak_memory_mb": {}}
     for name in names:
         start = time.perf_counter()
         try:
@@ -85,21 +102,23 @@ def _run_seed(
     return results, meta
 
 
-def _run_seed_job(config_dict, names, threads, device):  # top level: picklable for workers
+def _run_seed_job(
+    config_dict: dict[str, Any], names: Sequence[str], threads: int, device: str
+) -> _SeedRun:  # top level: picklable for workers
     return _run_seed(LabConfig.from_dict(config_dict), names, threads=threads, device=device)
 
 
 def run_all(
     config: LabConfig | None = None,
-    experiments=None,
+    experiments: Iterable[str] | None = None,
     *,
-    seeds=None,
+    seeds: Seeds | None = None,
     jobs: int = 1,
-    device="cpu",
+    device: str | torch.device = "cpu",
     progress: bool = False,
-    log=None,
-    save=None,
-) -> dict:
+    log: Callable[[str], object] | None = None,
+    save: Callable[[Output], object] | None = None,
+) -> Output:
     """Run ``experiments`` (names from :data:`EXPERIMENTS`; all by default) for every seed.
 
     ``device``: where the models run (``"cpu"``, or ``"cuda"`` where CUDA is
@@ -130,9 +149,9 @@ def run_all(
     seeds = [config.seed] if seeds is None else parse_seeds(seeds)
     jobs = check_int("jobs", jobs, minimum=1)
     configs = [dataclasses.replace(config, seed=s) for s in seeds]
-    outs: dict = {}
+    outs: dict[int, _SeedRun] = {}
 
-    def output():
+    def output() -> Output:
         done = [(c, outs[c.seed]) for c in configs if c.seed in outs]
         results = {n: [r for _, (res, _) in done for r in res.get(n, [])] for n in names}
         meta = {
@@ -151,8 +170,8 @@ def run_all(
             "results": results, "meta": meta,
         }  # fmt: skip
 
-    def finished(seed):
-        def done(res, meta):
+    def finished(seed: int) -> Callable[[dict[str, list[Row]], dict[str, Any]], None]:
+        def done(res: dict[str, list[Row]], meta: dict[str, Any]) -> None:
             outs[seed] = (dict(res), meta)
             if save is not None:
                 save(output())
@@ -192,7 +211,7 @@ def run_all(
     return output()
 
 
-def merge(*outputs) -> dict:
+def merge(*outputs: Mapping[str, Any]) -> Output:
     """One :func:`run_all` output from several, run in parts (other seeds, schemes or
     experiments of the same preset).
 
@@ -215,8 +234,8 @@ def merge(*outputs) -> dict:
     config = dict(outputs[0]["config"])
     for key in lists:
         config[key] = list(dict.fromkeys(s for o in outputs for s in o["config"].get(key) or []))
-    results: dict = {}
-    seen: dict = {}
+    results: dict[str, list[Row]] = {}
+    seen: dict[tuple[str, Any, str], int] = {}  # (experiment, seed, scheme) -> part
     for i, o in enumerate(outputs):
         for name, rows in o["results"].items():
             for r in rows:
@@ -245,7 +264,7 @@ SETTINGS = ("base", "scale", "beta_fast", "depth")
 PER_ANSWER = ("answers", "correct", "hits", "distances", "criterion_step")
 
 
-def _group_key(row: dict) -> tuple:
+def _group_key(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The fields that name an observation: every non-float field and every setting
     (:data:`SETTINGS`), except ``seed`` and the fields of :data:`PER_ANSWER`."""
     return tuple(
@@ -258,12 +277,12 @@ def _group_key(row: dict) -> tuple:
     )
 
 
-def summarize(rows: list[dict]) -> list[dict]:
+def summarize(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Rows averaged over seeds: each float field ``x`` (a measurement, not one of
     :data:`SETTINGS`) becomes ``x`` (mean),
     ``x_lo`` and ``x_hi`` (a 95% t-interval over the seeds where it is defined, not
     ``None``; equal to the mean for one seed), plus ``seeds`` (how many rows)."""
-    groups: dict = {}
+    groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
     out = []
@@ -287,11 +306,13 @@ def summarize(rows: list[dict]) -> list[dict]:
 TOLERANCE = {"spread": 6.0, "loss": 0.01, "accuracy": 0.05}
 
 
-def _compared(results: dict) -> dict:
+def _compared(
+    results: Mapping[str, list[Row]],
+) -> dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]]:
     """The summary statistics ``compare`` looks at: ``{(experiment, key, field): [per-seed]}``."""
-    out: dict = {}
+    out: dict[tuple[str, tuple[tuple[str, Any], ...], str], list[float]] = {}
 
-    def add(name, rows, fields):
+    def add(name: str, rows: Iterable[Mapping[str, Any]], fields: Iterable[str]) -> None:
         for r in rows:
             for k in fields:
                 if isinstance(r.get(k), float):
@@ -308,7 +329,11 @@ def _compared(results: dict) -> dict:
     return out
 
 
-def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[str]:
+def compare(
+    stored: Mapping[str, Any],
+    fresh: Mapping[str, Any],
+    tolerance: Mapping[str, float] | None = None,
+) -> list[str]:
     """Statistical differences between two :func:`run_all` outputs (empty list: they agree).
 
     For every summary statistic (loss, excess and accuracy rows; the last
@@ -345,10 +370,12 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
         problems.append("configs differ")
         return problems
 
-    def stored_schemes(name):  # the schemes (and scalings, floor) stored for one experiment
+    # the schemes (and scalings, floor) stored for one experiment
+    def stored_schemes(name: str) -> set[str]:
         return {r.get("scheme", "floor") for r in stored["results"].get(name, [])} | {"floor"}
 
-    def common(row):  # a row of a scheme both runs have (or of no scheme)
+    # a row of a scheme both runs have (or of no scheme)
+    def common(row: Mapping[str, Any]) -> bool:
         return row.get("scheme", "floor").split(":")[0] in both | {"floor"}
 
     fresh_results = {
@@ -360,13 +387,13 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
     })  # fmt: skip
     old = _compared({n: stored["results"].get(n, []) for n in fresh_results})
     new = _compared(fresh_results)
-    for key in sorted(set(old) | set(new), key=repr):
-        name, group, field = key
+    for stat in sorted(set(old) | set(new), key=repr):
+        name, group, field = stat
         where = f"{name}[{', '.join(f'{k}={v}' for k, v in group)}].{field}"
-        if key not in old or key not in new:
-            problems.append(f"{where}: only in {'fresh' if key in new else 'stored'}")
+        if stat not in old or stat not in new:
+            problems.append(f"{where}: only in {'fresh' if stat in new else 'stored'}")
             continue
-        a, b = old[key], new[key]
+        a, b = old[stat], new[stat]
         ma, mb = math.fsum(a) / len(a), math.fsum(b) / len(b)
         if field == "floor":
             if abs(ma - mb) > 1e-4:
@@ -383,7 +410,7 @@ def compare(stored: dict, fresh: dict, tolerance: dict | None = None) -> list[st
     return problems
 
 
-def _sd(values) -> float:
+def _sd(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
     m = math.fsum(values) / len(values)

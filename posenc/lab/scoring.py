@@ -7,6 +7,8 @@ the experiments build on the lab.  Every stored float is :func:`rounded`.
 
 from __future__ import annotations
 
+from typing import SupportsFloat
+
 import torch
 
 from .tasks import RecallTask
@@ -14,13 +16,20 @@ from .tasks import RecallTask
 __all__ = ["recall_accuracy", "recall_hits", "round_accuracies", "rounded"]
 
 
-def rounded(x: float) -> float:
-    """``x`` rounded to 4 decimals: what every stored float is."""
+def rounded(x: SupportsFloat) -> float:
+    """``x`` (a number or a one-element tensor) rounded to 4 decimals: every stored float."""
     return round(float(x), 4)
 
 
 @torch.no_grad()
-def recall_accuracy(model, task: RecallTask, inputs, targets, weights, max_batch: int = 16):
+def recall_accuracy(
+    model: torch.nn.Module,
+    task: RecallTask,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    max_batch: int = 16,
+) -> tuple[float, float]:
     """``(accuracy, loss)`` over the scored answers: argmax over the value tokens, and
     the cross-entropy over the whole vocabulary (nats), both means over scored answers."""
     model.eval()
@@ -39,7 +48,14 @@ def recall_accuracy(model, task: RecallTask, inputs, targets, weights, max_batch
 
 
 @torch.no_grad()
-def recall_hits(model, task: RecallTask, inputs, targets, weights, max_batch: int = 16):
+def recall_hits(
+    model: torch.nn.Module,
+    task: RecallTask,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    max_batch: int = 16,
+) -> torch.Tensor:
     """Bool ``(answers,)``: whether the argmax over the value tokens is the answer, at every
     scored position, in row-major order (the order of :meth:`RecallTask.band_batch`'s
     ``distances``)."""
@@ -56,7 +72,13 @@ def recall_hits(model, task: RecallTask, inputs, targets, weights, max_batch: in
     return torch.cat(out)
 
 
-def round_accuracies(model, task: RecallTask, inputs, targets, weights) -> dict:
+def round_accuracies(
+    model: torch.nn.Module,
+    task: RecallTask,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+) -> dict[str, float]:
     """In-view accuracy of inputs from :meth:`RecallTask.batch`: over every round
     (``accuracy``) and over each round alone (``accuracy_round1``, ...), floats."""
     hits = recall_hits(model, task, inputs, targets, weights)

@@ -17,6 +17,7 @@ when called (``pip install posenc[lab]``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["binomial_tail", "clopper_pearson", "holm", "t_interval", "t_test"]
 
@@ -28,7 +29,7 @@ _T975 = (
 )  # fmt: skip
 
 
-def _mean_sd(values) -> tuple[int, float, float]:
+def _mean_sd(values: Iterable[float]) -> tuple[int, float, float]:
     values = [float(v) for v in values]
     if not values:
         raise ValueError("values must be non-empty")
@@ -38,7 +39,9 @@ def _mean_sd(values) -> tuple[int, float, float]:
     return n, mean, sd
 
 
-def t_interval(values, level: float = 0.95, exact: bool = False) -> tuple[float, float, float]:
+def t_interval(
+    values: Iterable[float], level: float = 0.95, exact: bool = False
+) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: the two-sided t-interval for the mean of ``values``.
 
     At ``level`` 0.95 the quantile comes from a table (3 decimals; df 1..30,
@@ -60,7 +63,7 @@ def t_interval(values, level: float = 0.95, exact: bool = False) -> tuple[float,
     return mean, mean - half, mean + half
 
 
-def t_test(values, threshold: float = 0.0) -> tuple[float, float]:
+def t_test(values: Sequence[float], threshold: float = 0.0) -> tuple[float, float]:
     """One-sided p-values ``(p_above, p_below)`` of the one-sample t-test of the mean
     of ``values`` against ``threshold``: ``p_above`` tests "mean > threshold"
     (null: mean <= threshold), ``p_below`` tests "mean < threshold".
@@ -113,7 +116,7 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
         raise ValueError(f"k must lie in 0..n with n >= 1, got k={k}, n={n}")
     alpha = (1 - level) / 2
 
-    def solve(tail, increasing):
+    def solve(tail: Callable[[float], float], increasing: bool) -> float:
         a, b = 0.0, 1.0
         for _ in range(60):
             m = (a + b) / 2
@@ -128,7 +131,7 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def holm(pvalues) -> list[float]:
+def holm(pvalues: Iterable[float]) -> list[float]:
     """Holm's step-down adjusted p-values, in the order given.
 
     Sorted ascending, ``p_(i)`` becomes ``max_{j <= i} min(1, (m - j + 1) p_(j))``
