@@ -28,6 +28,7 @@ so nothing in the table may depend on them:
 from __future__ import annotations
 
 import numbers
+from typing import SupportsFloat
 
 __all__ = ["Claims"]
 
@@ -37,7 +38,7 @@ def _exp(x: float) -> str:
     return format(x, ".0e").replace("e-0", "e-").replace("e+0", "e+")
 
 
-def _number(claim: str, value, name: str) -> float:
+def _number(claim: str, value: SupportsFloat | str | bytes, name: str) -> float:
     """``value`` as a float: a number, or a one-element tensor or array (a string is refused)."""
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{claim}: {name} must be a measured number, got {type(value).__name__}")
@@ -46,12 +47,12 @@ def _number(claim: str, value, name: str) -> float:
     return float(value)
 
 
-def _truth(claim: str, ok) -> bool:
+def _truth(claim: str, ok: object) -> bool:
     """``ok`` as a bool, accepted only from a comparison: a bool, or a one-element bool array."""
     if isinstance(ok, bool):
         return ok
     if str(getattr(ok, "dtype", "")) in ("bool", "torch.bool"):
-        count = ok.numel() if hasattr(ok, "numel") else ok.size
+        count = ok.numel() if hasattr(ok, "numel") else getattr(ok, "size", None)
         if count == 1:
             return bool(ok)
     raise TypeError(
@@ -67,17 +68,17 @@ class Claims:
     ``checked`` and ``shown`` count the rows that were asserted and those only displayed.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rows: list[tuple[str, str, str]] = []
         self.checked = 0
         self.shown = 0
 
-    def _check(self, claim: str, measured: str, bound: str):
+    def _check(self, claim: str, measured: str, bound: str) -> Claims:
         self.rows.append((claim, measured, bound))
         self.checked += 1
         return self
 
-    def roundoff(self, claim: str, error, bound: float):
+    def roundoff(self, claim: str, error: SupportsFloat, bound: float) -> Claims:
         """Assert a roundoff-level ``error <= bound``; the row shows ``≤ bound`` in both columns.
 
         A roundoff error's digits, and even its power of ten, change with the CPU, the
@@ -90,8 +91,14 @@ class Claims:
         return self._check(claim, f"≤ {_exp(bound)}", f"≤ {_exp(bound)}")
 
     def at_most(
-        self, claim: str, value, bound: float, *, fmt: str = ".3g", magnitude: bool = False
-    ):
+        self,
+        claim: str,
+        value: SupportsFloat,
+        bound: float,
+        *,
+        fmt: str = ".3g",
+        magnitude: bool = False,
+    ) -> Claims:
         """Assert ``value <= bound`` (a NaN fails); the row prints the value with ``fmt``.
 
         ``magnitude=True`` is the old spelling of :meth:`roundoff`: the row shows the
@@ -104,19 +111,23 @@ class Claims:
         assert value <= bound, f"{claim}: measured {value!r}, bound <= {bound!r}"
         return self._check(claim, format(value, fmt), f"≤ {bound:{fmt}}")
 
-    def at_least(self, claim: str, value, bound: float, *, fmt: str = ".3g"):
+    def at_least(
+        self, claim: str, value: SupportsFloat, bound: float, *, fmt: str = ".3g"
+    ) -> Claims:
         """Assert ``value >= bound`` (a NaN fails); the row prints the value with ``fmt``."""
         value = _number(claim, value, "value")
         assert value >= bound, f"{claim}: measured {value!r}, bound >= {bound!r}"
         return self._check(claim, format(value, fmt), f"≥ {bound:{fmt}}")
 
-    def between(self, claim: str, value, low: float, high: float, *, fmt: str = ".3g"):
+    def between(
+        self, claim: str, value: SupportsFloat, low: float, high: float, *, fmt: str = ".3g"
+    ) -> Claims:
         """Assert ``low <= value <= high`` (a NaN fails) and record the row."""
         value = _number(claim, value, "value")
         assert low <= value <= high, f"{claim}: measured {value!r}, bounds [{low!r}, {high!r}]"
         return self._check(claim, format(value, fmt), f"[{low:{fmt}}, {high:{fmt}}]")
 
-    def holds(self, claim: str, ok, measured: str = "yes", bound: str = "—"):
+    def holds(self, claim: str, ok: object, measured: str = "yes", bound: str = "—") -> Claims:
         """Assert a claim that is not one number.
 
         ``ok`` must be the result of a comparison on what was measured: a bool, or a
@@ -127,7 +138,7 @@ class Claims:
         assert _truth(claim, ok), f"{claim}: does not hold (measured {measured})"
         return self._check(claim, str(measured), str(bound))
 
-    def shows(self, claim: str, measured, *, fmt: str = ".3g"):
+    def shows(self, claim: str, measured: object, *, fmt: str = ".3g") -> Claims:
         """Display a value that is not checked: its row reads "shown" and is not counted as a check.
 
         A number is printed with ``fmt``; anything else as its string.  Use it for what a

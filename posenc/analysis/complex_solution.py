@@ -18,6 +18,7 @@ import torch
 
 from .._angles import cos_sin
 from .._checks import check_even, check_float, check_int, check_tensor
+from .._types import Device
 from ..sinusoidal import sinusoidal_inv_freq
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-def _check_matrix(name: str, value) -> torch.Tensor:
+def _check_matrix(name: str, value: torch.Tensor) -> torch.Tensor:
     value = check_tensor(name, value, min_dim=2)
     if not (value.is_floating_point() or value.is_complex()):
         raise TypeError(f"{name} must be a floating or complex tensor, got dtype {value.dtype}")
@@ -99,7 +100,7 @@ def complex_sinusoid(
     *,
     base: float = 10000.0,
     dtype: torch.dtype = torch.complex128,
-    device=None,
+    device: Device = None,
 ) -> torch.Tensor:
     """The d-dimensional solution as complex numbers: ``z[m, j] = exp(i m theta_j)``.
 
@@ -200,7 +201,7 @@ def polar_from_gram(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fit_relative_solution(
-    num_positions: int, *, steps: int = 200, seed: int = 0, device=None
+    num_positions: int, *, steps: int = 200, seed: int = 0, device: Device = None
 ) -> torch.Tensor:
     """Find ``p`` with ``p_m conj(p_n)`` depending only on ``m - n``, by optimisation.
 
@@ -244,10 +245,10 @@ def fit_relative_solution(
         line_search_fn="strong_wolfe",
     )
 
-    def solution():
+    def solution() -> torch.Tensor:
         return torch.cat([one, torch.view_as_complex(x)])
 
-    def closure():
+    def closure() -> torch.Tensor:
         opt.zero_grad()
         z = solution()
         loss = toeplitz_distance(z[:, None] * z.conj()[None, :]) ** 2

@@ -22,13 +22,16 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable
+from typing import TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from scipy.integrate import quad_vec
 from scipy.special import sici
 
 from .._checks import check_even, check_float, check_int, check_tensor
+from .._types import Device
 from ..sinusoidal import sinusoidal_inv_freq
 
 __all__ = [
@@ -40,8 +43,13 @@ __all__ = [
     "fit_frequencies",
 ]
 
+# What the integrals return: a tensor for a tensor ``x``, else NumPy (a scalar for 0-d).
+_Complex: TypeAlias = Union[torch.Tensor, npt.NDArray[np.complex128], np.complex128]  # noqa: UP007
 
-def _as_float64_array(name: str, x) -> tuple[np.ndarray, torch.device | None]:
+
+def _as_float64_array(
+    name: str, x: npt.ArrayLike | torch.Tensor
+) -> tuple[npt.NDArray[np.float64], torch.device | None]:
     """``x`` as a float64 NumPy array, plus the device to return a tensor on (or None)."""
     if isinstance(x, torch.Tensor):
         if x.is_complex() or x.dtype == torch.bool:
@@ -55,21 +63,21 @@ def _as_float64_array(name: str, x) -> tuple[np.ndarray, torch.device | None]:
     return arr.astype(np.float64), None
 
 
-def _wrap(result: np.ndarray, device: torch.device | None):
+def _wrap(result: npt.NDArray[np.complex128], device: torch.device | None) -> _Complex:
     """Return a tensor on ``device`` when the input was a tensor, else NumPy (scalar for 0-d)."""
     if device is not None:
         return torch.from_numpy(np.ascontiguousarray(result)).to(device)
     return result[()] if result.ndim == 0 else result
 
 
-def _check_base(base) -> float:
+def _check_base(base: float) -> float:
     base = check_float("base", base)
     if base <= 1.0:
         raise ValueError(f"base must be > 1 (so that theta_t = base**-t decreases), got {base}")
     return base
 
 
-def sinusoid_decay_integral(x, base: float = 10000.0):
+def sinusoid_decay_integral(x: npt.ArrayLike | torch.Tensor, base: float = 10000.0) -> _Complex:
     r"""Closed form of :math:`I(x) = \int_0^1 e^{i x\, \mathrm{base}^{-t}}\, dt`.
 
     Substituting :math:`u = x\,\mathrm{base}^{-t}` (so :math:`dt = -du / (u \ln \mathrm{base})`)
@@ -120,12 +128,12 @@ def sinusoid_decay_integral(x, base: float = 10000.0):
 
 def oscillatory_integral(
     theta: Callable[[float], float],
-    x,
+    x: npt.ArrayLike | torch.Tensor,
     *,
     weight: Callable[[float], float] | None = None,
     epsabs: float = 1e-13,
     epsrel: float = 1e-12,
-):
+) -> _Complex:
     r"""Adaptive quadrature of :math:`\int_0^1 h(t)\, e^{i x \theta(t)}\, dt` for any phase.
 
     The integrand is evaluated for all ``x`` at once and the interval is split
@@ -159,15 +167,15 @@ def oscillatory_integral(
     xs, device = _as_float64_array("x", x)
     flat = xs.reshape(-1)
 
-    def integrand(t):
-        phase = np.exp(1j * flat * float(theta(t)))
+    def integrand(t: float) -> npt.NDArray[np.complex128]:
+        phase: npt.NDArray[np.complex128] = np.exp(1j * flat * float(theta(t)))
         return phase if weight is None else float(weight(t)) * phase
 
     value, _ = quad_vec(integrand, 0.0, 1.0, epsabs=epsabs, epsrel=epsrel, norm="max", limit=20000)
     return _wrap(np.asarray(value, dtype=np.complex128).reshape(xs.shape), device)
 
 
-def _as_distance(distance) -> torch.Tensor:
+def _as_distance(distance: npt.ArrayLike | torch.Tensor) -> torch.Tensor:
     if isinstance(distance, torch.Tensor):
         if distance.is_complex() or distance.dtype == torch.bool:
             raise TypeError(f"distance must hold real numbers, got dtype {distance.dtype}")
@@ -184,7 +192,9 @@ def _as_distance(distance) -> torch.Tensor:
         ) from None
 
 
-def sinusoid_dot_product(distance, dim: int, base: float = 10000.0) -> torch.Tensor:
+def sinusoid_dot_product(
+    distance: npt.ArrayLike | torch.Tensor, dim: int, base: float = 10000.0
+) -> torch.Tensor:
     r"""The inner product :math:`\langle p_m, p_n\rangle = \sum_{i<d/2} \cos(x\,\theta_i)`.
 
     With :math:`\theta_i = \mathrm{base}^{-2i/d}` and :math:`x = m - n`, this is the
@@ -211,7 +221,9 @@ def sinusoid_dot_product(distance, dim: int, base: float = 10000.0) -> torch.Ten
     return torch.cos(x[..., None] * sinusoidal_inv_freq(dim, base=base, device=x.device)).sum(-1)
 
 
-def rope_decay_bound(distance, dim: int = 128, base: float = 10000.0) -> torch.Tensor:
+def rope_decay_bound(
+    distance: npt.ArrayLike | torch.Tensor, dim: int = 128, base: float = 10000.0
+) -> torch.Tensor:
     r"""RoFormer's long-term decay bound :math:`\frac{1}{d/2}\sum_{j=1}^{d/2} |S_j|`.
 
     With :math:`\theta_k = \mathrm{base}^{-2k/d}` and partial sums
@@ -281,8 +293,13 @@ class TrainableFrequencies(torch.nn.Module):
     """
 
     def __init__(
-        self, dim: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float64, device=None
-    ):
+        self,
+        dim: int,
+        base: float = 10000.0,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         dim = check_even("dim", dim)
         base = _check_base(base)
@@ -328,7 +345,7 @@ def fit_frequencies(
     lr = check_float("lr", lr, positive=True)
     target = target.to(device=module.theta.device, dtype=module.theta.dtype)
     opt = torch.optim.Adam(module.parameters(), lr=lr)
-    losses = []
+    losses: list[float] = []
     for _ in range(steps):
         opt.zero_grad()
         loss = torch.mean((module(distance) - target) ** 2)

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from .._checks import check_even, check_float, check_floating, check_int
+from .._types import Device
 from ..attend import attention
 from ..sinusoidal import sinusoidal_inv_freq, sinusoidal_table
 
@@ -112,7 +113,12 @@ def diagonal_dominance(matrix: torch.Tensor) -> DiagonalDominance:
 
 
 def order_task_batch(
-    batch: int, seq_len: int, vocab: int, *, generator: torch.Generator | None = None, device=None
+    batch: int,
+    seq_len: int,
+    vocab: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: Device = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A synthetic task that needs order: does token 1 come before token 2?
 
@@ -149,31 +155,40 @@ class OrderModel(torch.nn.Module):
     default so its Hessians are exact to roundoff.
     """
 
+    positions: torch.Tensor  # the buffer registered in __init__
+
     def __init__(
-        self, vocab: int, dim: int, seq_len: int, *, dtype: torch.dtype = torch.float64, device=None
-    ):
+        self,
+        vocab: int,
+        dim: int,
+        seq_len: int,
+        *,
+        dtype: torch.dtype = torch.float64,
+        device: Device = None,
+    ) -> None:
         super().__init__()
         vocab = check_int("vocab", vocab, minimum=1)
         dim = check_even("dim", dim)
         seq_len = check_int("seq_len", seq_len, minimum=1)
-        kw = dict(dtype=dtype, device=device)
-        self.embedding = torch.nn.Embedding(vocab, dim, **kw)
-        self.qkv = torch.nn.Linear(dim, 3 * dim, **kw)
-        self.hidden = torch.nn.Linear(dim, dim, **kw)
-        self.out = torch.nn.Linear(dim, 1, **kw)
+        self.embedding = torch.nn.Embedding(vocab, dim, dtype=dtype, device=device)
+        self.qkv = torch.nn.Linear(dim, 3 * dim, dtype=dtype, device=device)
+        self.hidden = torch.nn.Linear(dim, dim, dtype=dtype, device=device)
+        self.out = torch.nn.Linear(dim, 1, dtype=dtype, device=device)
         self.register_buffer(
             "positions", sinusoidal_table(seq_len, dim, dtype=dtype, device=device)
         )
 
     def inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         """``E[tokens] + P``: ``(..., seq_len)`` int64 -> ``(..., seq_len, dim)``."""
-        return self.embedding(tokens) + self.positions
+        embedded: torch.Tensor = self.embedding(tokens)  # (nn.Module.__call__ is untyped)
+        return embedded + self.positions
 
     def readout(self, x: torch.Tensor) -> torch.Tensor:
         """Score ``(...,)`` of inputs ``x: (..., seq_len, dim)``: the f of the expansion."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         pooled = attention(q, k, v).mean(-2)
-        return self.out(torch.tanh(self.hidden(pooled))).squeeze(-1)
+        score: torch.Tensor = self.out(torch.tanh(self.hidden(pooled)))
+        return score.squeeze(-1)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.readout(self.inputs(tokens))
@@ -188,7 +203,7 @@ def train_order_model(
     batch: int = 64,
     lr: float = 1e-2,
     seed: int = 0,
-    device=None,
+    device: Device = None,
 ) -> tuple[OrderModel, list[float]]:
     """Train :class:`OrderModel` on :func:`order_task_batch` (float64, Adam, deterministic).
 
@@ -204,7 +219,7 @@ def train_order_model(
         model = OrderModel(vocab, dim, seq_len, device=device)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
+    losses: list[float] = []
     for _ in range(steps):
         tokens, labels = order_task_batch(batch, seq_len, vocab, generator=gen, device=device)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(

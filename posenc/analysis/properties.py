@@ -18,11 +18,13 @@ All computations are float64.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TypedDict
 
 import torch
 
 from .._checks import check_floating, check_int, check_tensor
+from .._types import Device
 
 __all__ = [
     "index_encoding",
@@ -33,16 +35,17 @@ __all__ = [
     "shift_map",
     "offset_head_attention",
     "train_offset_head",
+    "OffsetHead",
 ]
 
 
-def index_encoding(seq_len: int, *, device=None) -> torch.Tensor:
+def index_encoding(seq_len: int, *, device: Device = None) -> torch.Tensor:
     """The raw index as a feature: ``(seq_len, 1)`` holding ``0, 1, ..., seq_len - 1``."""
     seq_len = check_int("seq_len", seq_len, minimum=1)
     return torch.arange(seq_len, device=device, dtype=torch.float64)[:, None]
 
 
-def fraction_encoding(seq_len: int, *, device=None) -> torch.Tensor:
+def fraction_encoding(seq_len: int, *, device: Device = None) -> torch.Tensor:
     """The index divided by the last index: ``(seq_len, 1)`` spread evenly over ``[0, 1]``.
 
     The step between neighbours is ``1 / (seq_len - 1)``, so it depends on the
@@ -52,7 +55,7 @@ def fraction_encoding(seq_len: int, *, device=None) -> torch.Tensor:
     return index_encoding(seq_len, device=device) / max(seq_len - 1, 1)
 
 
-def binary_encoding(seq_len: int, bits: int, *, device=None) -> torch.Tensor:
+def binary_encoding(seq_len: int, bits: int, *, device: Device = None) -> torch.Tensor:
     """Binary digits of the positions: ``(seq_len, bits)`` float64, column ``k`` is bit ``k``.
 
     Bit ``k`` (least significant first) flips every ``2**k`` positions and has
@@ -137,9 +140,20 @@ def offset_head_attention(
     return scores.masked_fill(future, float("-inf")).softmax(-1)
 
 
+class OffsetHead(TypedDict):
+    """What :func:`train_offset_head` returns (a plain ``dict`` at run time)."""
+
+    #: The trained query projection ``(dim, head_dim)``, float64, detached.
+    w_q: torch.Tensor
+    #: The trained key projection ``(dim, head_dim)``, float64, detached.
+    w_k: torch.Tensor
+    #: The loss at each step (before its update), ``steps`` floats.
+    losses: list[float]
+
+
 def train_offset_head(
     encoding: Callable[[int], torch.Tensor],
-    parameters,
+    parameters: Iterable[torch.Tensor],
     *,
     dim: int,
     seq_len: int,
@@ -148,7 +162,7 @@ def train_offset_head(
     lr: float = 0.05,
     head_dim: int = 8,
     seed: int = 0,
-) -> dict:
+) -> OffsetHead:
     """Train one position-only head to attend from every query ``p`` to key ``p - shift``.
 
     This is the position half of a copy task (predict the token ``shift`` steps
@@ -181,7 +195,7 @@ def train_offset_head(
     w_k = (torch.randn(dim, head_dim, generator=gen, dtype=torch.float64) * scale).requires_grad_()
     opt = torch.optim.Adam([w_q, w_k, *parameters], lr=lr)
     p = torch.arange(shift, seq_len)
-    losses = []
+    losses: list[float] = []
     for _ in range(check_int("steps", steps, minimum=0)):
         attn = offset_head_attention(encoding(seq_len), w_q, w_k)
         loss = -attn[p, p - shift].log().mean()

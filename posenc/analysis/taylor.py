@@ -15,12 +15,15 @@ finite differences), so a chapter can check the expansion term by term.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch.func import grad, jacrev
 
 from .._checks import check_float, check_float_dtype, check_floating, check_int
+from .._types import Device
 from ..attend import attention
 
 __all__ = [
@@ -59,7 +62,15 @@ class AttentionReadout(torch.nn.Module):
     The weights are buffers, not parameters: the model is a fixed function.
     """
 
-    def __init__(self, dim: int, *, seed: int = 0, dtype=torch.float64, device=None):
+    # the buffers registered in __init__
+    wq: torch.Tensor
+    wk: torch.Tensor
+    wv: torch.Tensor
+    readout: torch.Tensor
+
+    def __init__(
+        self, dim: int, *, seed: int = 0, dtype: torch.dtype = torch.float64, device: Device = None
+    ) -> None:
         super().__init__()
         dim = check_int("dim", dim, minimum=1)
         seed = check_int("seed", seed)
@@ -120,10 +131,13 @@ class SecondOrderExpansion:
 
     def __call__(self, p_m: torch.Tensor, p_n: torch.Tensor) -> torch.Tensor:
         """The second-order approximation of ``f`` at ``x_m + p_m``, ``x_n + p_n``."""
-        return sum(self.terms(p_m, p_n))
+        # six tensors, so never sum's start value 0
+        return cast(torch.Tensor, sum(self.terms(p_m, p_n)))
 
 
-def second_order_expansion(f, x: torch.Tensor, m: int, n: int) -> SecondOrderExpansion:
+def second_order_expansion(
+    f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, m: int, n: int
+) -> SecondOrderExpansion:
     """Expand ``f`` to second order in the tokens at positions ``m`` and ``n``.
 
     Parameters
@@ -155,7 +169,8 @@ def second_order_expansion(f, x: torch.Tensor, m: int, n: int) -> SecondOrderExp
     if m == n:
         raise ValueError(f"m and n must be distinct positions, got m = n = {m}")
 
-    def f_mn(x_m, x_n):  # f as a function of the two tokens only; the others stay fixed
+    # f as a function of the two tokens only; the others stay fixed
+    def f_mn(x_m: torch.Tensor, x_n: torch.Tensor) -> torch.Tensor:
         return f(x.index_copy(0, torch.tensor([m, n], device=x.device), torch.stack([x_m, x_n])))
 
     x_m, x_n = x[m], x[n]
@@ -167,7 +182,9 @@ def second_order_expansion(f, x: torch.Tensor, m: int, n: int) -> SecondOrderExp
     return SecondOrderExpansion(f_mn(x_m, x_n), grad_m, grad_n, h_mm, h_nn, h_mn)
 
 
-def mixed_difference(g, p_m: torch.Tensor, p_n: torch.Tensor) -> torch.Tensor:
+def mixed_difference(
+    g: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], p_m: torch.Tensor, p_n: torch.Tensor
+) -> torch.Tensor:
     """The mixed second difference ``g(p_m, p_n) - g(p_m, 0) - g(0, p_n) + g(0, 0)``.
 
     It vanishes exactly for any ``g`` that is a sum of a function of ``p_m``
@@ -182,7 +199,13 @@ def mixed_difference(g, p_m: torch.Tensor, p_n: torch.Tensor) -> torch.Tensor:
 
 
 def taylor_remainders(
-    f, x: torch.Tensor, m: int, n: int, p_m: torch.Tensor, p_n: torch.Tensor, eps
+    f: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    m: int,
+    n: int,
+    p_m: torch.Tensor,
+    p_n: torch.Tensor,
+    eps: Iterable[float],
 ) -> torch.Tensor:
     """Absolute errors of the second-order expansion when ``(p_m, p_n)`` is scaled by ``eps``.
 
