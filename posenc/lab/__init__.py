@@ -80,10 +80,13 @@ __all__ = [
     "yarn_split",
 ]
 
-#: Where the stored results ship in the package: ``full.json``, ``recall.json``, ``smoke.json``.
+#: Where the stored results ship in the package: ``<preset>.json`` and, for the full and
+#: recall presets, ``<preset>-confirmation.json`` (:func:`results_path`).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-
+#: The two sets of seeds a preset's results come in: ``"discovery"`` (seeds 0-4, which
+#: chose the chapter's claims) and ``"confirmation"`` (seeds 5 and up, run after the
+#: claims were frozen in :mod:`posenc.lab.propositions`).
 SPLITS = ("discovery", "confirmation")
 
 
@@ -92,9 +95,30 @@ def results_path(
     directory: str | os.PathLike[str] | None = None,
     split: str = "discovery",
 ) -> Path:
-    """The file of ``preset``'s results in ``directory`` (default :data:`RESULTS_DIR`):
-    ``<preset>.json`` for the discovery set (seeds 0-4), ``<preset>-confirmation.json``
-    for the confirmation set (seeds 5 and up)."""
+    """The file of ``preset``'s results for ``split`` in ``directory``.
+
+    Parameters
+    ----------
+    preset
+        A name of :data:`PRESETS`.
+    directory
+        Where the results files are; default :data:`RESULTS_DIR`, the results
+        shipped with the package.
+    split
+        One of :data:`SPLITS`.
+
+    Returns
+    -------
+    ``directory / "<preset>.json"`` for the discovery set (seeds 0-4),
+    ``directory / "<preset>-confirmation.json"`` for the confirmation set (seeds 5
+    and up); the file need not exist.
+
+    Examples
+    --------
+    >>> from posenc.lab import results_path
+    >>> results_path("full", split="confirmation").name
+    'full-confirmation.json'
+    """
     from .._checks import check_choice
 
     check_choice("preset", preset, PRESETS)
@@ -108,14 +132,38 @@ def load_results(
     directory: str | os.PathLike[str] | None = None,
     split: str = "discovery",
 ) -> dict[str, Any]:
-    """The stored output of ``run_all(PRESETS[preset], seeds=...)``: :func:`results_path`.
+    """The stored output of ``run_all(PRESETS[preset], seeds=...)``, read from :func:`results_path`.
 
-    ``directory`` defaults to the results shipped with the package
-    (:data:`RESULTS_DIR`); ``split`` is ``"discovery"`` (seeds 0-4, which chose
-    the chapter's claims) or ``"confirmation"`` (seeds 5 and up, run after the
-    claims were frozen).  Raises ``ValueError`` naming ``directory`` when it
-    holds no results for ``preset``, and naming the file when it is not a
-    complete results file (truncated, or not a run's output).
+    Raises ``ValueError`` naming ``directory`` when it holds no results for
+    ``preset``, and naming the file when it is not a complete results file
+    (truncated, or not a run's output).
+
+    Parameters
+    ----------
+    preset
+        A name of :data:`PRESETS`.
+    directory
+        Where the results files are; default :data:`RESULTS_DIR`, the results
+        shipped with the package.
+    split
+        ``"discovery"`` (seeds 0-4, which chose the chapter's claims) or
+        ``"confirmation"`` (seeds 5 and up, run after the claims were frozen).
+
+    Returns
+    -------
+    The JSON object :func:`run_all` returned: ``config`` (:meth:`LabConfig.to_dict`),
+    ``seeds``, ``results`` (``{experiment: [row, ...]}``) and ``meta``.
+
+    Examples
+    --------
+    >>> from posenc.lab import load_results
+    >>> stored = load_results("smoke")
+    >>> sorted(stored)
+    ['config', 'meta', 'results', 'seeds']
+    >>> stored["seeds"]
+    [0, 1, 2]
+    >>> load_results("full", split="confirmation")["seeds"]
+    [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     """
     path = results_path(preset, directory, split)
     if not path.is_file():

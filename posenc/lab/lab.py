@@ -24,6 +24,9 @@ from .train import evaluate_loss, seed_for, train
 
 __all__ = ["PRESETS", "ROPE_METHODS", "Lab", "LabConfig", "loss_row", "rope_scaling_for", "rounded"]
 
+#: The ways of stretching RoPE that the experiments compare, as :func:`rope_scaling_for` names
+#: them: ``"none"`` (plain RoPE), ``"pi"`` (position interpolation,
+#: :meth:`posenc.RopeScaling.linear`), ``"ntk"``, ``"yarn"`` and ``"llama3"``.
 ROPE_METHODS = ("none", "pi", "ntk", "yarn", "llama3")
 
 #: One row of an experiment's table: JSON-ready fields (str, int, float, bool, None, lists).
@@ -34,7 +37,72 @@ _ModelKey: TypeAlias = tuple[Hashable, ...]
 
 @dataclasses.dataclass(frozen=True)
 class LabConfig:
-    """Every setting of a lab run (see :data:`PRESETS`)."""
+    """Every setting of a lab run (see :data:`PRESETS`).
+
+    Frozen; :meth:`to_dict` and :meth:`from_dict` give the JSON form stored in a
+    results file.  Invalid settings raise ``ValueError`` naming the field.
+
+    Parameters
+    ----------
+    train_len
+        ``L``: the length every model is trained at (``>= 4``).
+    eval_factors
+        The evaluation lengths ``f L`` of the language models (extrapolation, the
+        sweeps, the loss by position and the sliding windows).
+    d_model, layers, heads
+        Width, depth and number of heads of every :class:`TinyDecoder`.
+    rope_base
+        RoPE's base in the lab's models (100: every pair turns within ``L`` tokens).
+    steps, batch, lr
+        Training steps of each language model, sequences per step, and the peak
+        learning rate (AdamW with warmup and a cosine schedule, :func:`train`).
+    eval_tokens
+        Evaluation tokens per length: ``max(32, eval_tokens // length)`` fresh
+        sequences, the same for every model.
+    finetune_steps, finetune_factor
+        ``rope_scaling``'s short fine-tune: ``finetune_steps`` steps at
+        ``finetune_factor * L`` (batch ``batch // finetune_factor``, learning rate
+        ``lr / 5``).
+    curse_factor, curse_sequences
+        ``early_tokens``: ``curse_sequences`` windows of ``curse_factor * L`` tokens
+        against ``curse_factor`` times as many windows of ``L``.
+    passkey_steps, passkey_factor, passkey_sequences
+        The retrieval models: training steps, the longest context
+        ``passkey_factor * L``, and sequences per distance band.
+    schemes
+        The schemes trained on language modelling (names of ``posenc.SCHEMES``).
+    passkey_schemes
+        The schemes the retrieval task trains; ``None`` (and a tuple equal to
+        ``schemes``, stored as ``None``): the same as ``schemes``
+        (:attr:`retrieval_schemes`).
+    rope_bases, alibi_slope_scales, yarn_betas, wide_heads
+        The sweeps (:mod:`posenc.lab.sweeps`): RoPE models at each base (the first
+        is the ``extrapolation`` model's), ALiBi models with every slope multiplied
+        by each scale, YaRN's ``beta_fast`` at test time, and the number of heads
+        of the wide-head RoPE model.
+    sliding_stride
+        Sliding-window evaluation (:mod:`posenc.lab.curves`): windows advance by
+        this fraction of their length, in (0, 1].
+    lm_long_steps
+        ``rope_budget``: RoPE trained this many steps, with the initialisation,
+        data and warmup of the ``steps`` model.
+    recall_steps, recall_warmup, recall_pairs
+        Multi-query recall (:mod:`posenc.lab.recall`): training steps, warmup steps
+        (``None``: ``recall_steps // 20``) and key-value pairs per sequence.
+    recall_factors, recall_sequences, recall_band_answers
+        Recall contexts ``c L``; inputs of the in-view score; answers per distance
+        band and context.
+    recall_probe_every, recall_probe_sequences
+        The in-view accuracy is probed during training every
+        ``recall_probe_every`` steps on ``recall_probe_sequences`` fixed inputs.
+    recall_schemes
+        The schemes the recall task trains; ``()``: the same as ``schemes``.
+    needle_depths
+        Where the needle grid places its pair, as fractions of the context in [0, 1].
+    seed
+        The run's seed (``>= 0``): every model's and every batch's seed derives
+        from it (:func:`seed_for`).
+    """
 
     train_len: int = 32
     eval_factors: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -180,6 +248,9 @@ _FULL = LabConfig(
     recall_warmup=150,
 )
 
+#: The settings of the named runs (``python -m posenc.lab --preset NAME``): ``"full"``
+#: and ``"recall"`` (the stored runs, the same :class:`LabConfig`; they run other
+#: experiments) and ``"smoke"`` (every experiment in seconds, for the tests).
 PRESETS = {
     # The stored runs, sized to the shared 2-core machine (see the README and each
     # results file's meta): 300 steps per language model (and 1200 for RoPE's second
@@ -220,6 +291,18 @@ PRESETS = {
 def rope_scaling_for(method: str, factor: float, train_len: int) -> posenc.RopeScaling | None:
     """The :class:`posenc.RopeScaling` of ``method`` (one of :data:`ROPE_METHODS`) at ``factor``.
 
+    Parameters
+    ----------
+    method
+        One of :data:`ROPE_METHODS`; anything else raises ``ValueError`` naming ``method``.
+    factor
+        How far past the training length the context reaches (``length / train_len``).
+    train_len
+        The length the model was trained at (YaRN's and Llama 3's original context).
+
+    Returns
+    -------
+    The scaling to set on a RoPE model (:meth:`TinyDecoder.set_rope_scaling`), or
     ``None`` (plain RoPE) for ``"none"`` or ``factor == 1``.
     """
     check_choice("method", method, ROPE_METHODS)
@@ -235,7 +318,24 @@ def rope_scaling_for(method: str, factor: float, train_len: int) -> posenc.RopeS
 
 
 class Lab:
-    """Trains the models an experiment asks for, once, and remembers them."""
+    """Trains the models an experiment asks for, once, and remembers them.
+
+    Parameters
+    ----------
+    config
+        The run's settings; default ``PRESETS["full"]``.
+    progress
+        Show a progress bar (``tqdm``) while a model trains.
+    device
+        Where the models train and run; the data is drawn on the CPU, so a seed
+        sees the same data on any device.
+
+    Attributes
+    ----------
+    lm, retrieval, recall
+        The three tasks: :class:`LanguageTask`, :class:`RetrievalTask` and
+        :class:`RecallTask` (``config.recall_pairs`` pairs).
+    """
 
     def __init__(
         self,

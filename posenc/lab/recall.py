@@ -235,7 +235,19 @@ def learned_threshold(task: RecallTask) -> float:
 
 
 def learned_seeds(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
-    """``{scheme: (seeds that learned the task, seeds)}`` from :func:`recall` rows."""
+    """How many seeds of each scheme learned the recall task, from :func:`recall` rows.
+
+    Parameters
+    ----------
+    rows
+        Rows of the ``recall`` experiment (its in-view rows, ``factor == 0``, are
+        read; the others are skipped).
+
+    Returns
+    -------
+    ``{scheme: (seeds that learned the task, seeds)}``, schemes in order of
+    first appearance.
+    """
     out: dict[str, tuple[int, int]] = {}
     for r in rows:
         if r.get("factor") == 0:

@@ -36,7 +36,18 @@ _SeedRun: TypeAlias = tuple[dict[str, list[Row]], dict[str, Any]]
 
 
 def parse_seeds(text: Seeds) -> list[int]:
-    """Seeds from ``"0-4"``, ``"0,2,5"``, ``"3"`` or a list; ``ValueError`` naming ``seeds``."""
+    """Seeds from ``"0-4"``, ``"0,2,5"``, ``"3"`` or a list; ``ValueError`` naming ``seeds``.
+
+    Parameters
+    ----------
+    text
+        A string of comma-separated seeds and ranges ``lo-hi`` (both ends
+        included), one int, or a list, tuple or range of ints.
+
+    Returns
+    -------
+    The seeds in the order given: distinct non-negative ints, at least one.
+    """
     if isinstance(text, (list, tuple, range)):
         seeds = [check_int("seeds", s, minimum=0) for s in text]
     else:
@@ -121,26 +132,42 @@ def run_all(
 ) -> Output:
     """Run ``experiments`` (names from :data:`EXPERIMENTS`; all by default) for every seed.
 
-    ``device``: where the models run (``"cpu"``, or ``"cuda"`` where CUDA is
-    present); the data is drawn on the CPU, so a seed sees the same data anywhere.
-
-    ``seeds``: a list of ints or a string like ``"0-4"`` (default: the
-    config's ``seed``).  ``jobs > 1`` runs seeds in that many worker processes,
-    each with ``max(1, torch.get_num_threads() // jobs)`` threads; a seed's
-    numbers do not depend on the process that ran it.
-
-    Returns ``{"config": ..., "seeds": [...], "results": {name: rows}, "meta": {...}}``:
-    one row per seed and observation (``row["seed"]``), seeds in order.
-    ``meta`` holds wall-clock seconds and peak memory per seed and experiment
-    (they vary from run to run and are never compared).  ``log`` (e.g.
-    ``print``) receives one line per finished experiment.
-
     A seed whose experiment raises stops there; the others run on.  The output
     then holds every finished experiment of every seed (a seed's rows only for
     the experiments it finished) and ``meta["errors"]`` says what failed.
-    ``save(output)``, when given, is called with the output so far after every
-    finished experiment (one process) or seed (``jobs > 1``), so a run that
-    fails late, or is stopped, keeps what it finished.
+
+    Parameters
+    ----------
+    config
+        The settings (default ``PRESETS["full"]``); each seed runs
+        ``dataclasses.replace(config, seed=seed)``.
+    experiments
+        Names from :data:`EXPERIMENTS`, run in this order (default: all).
+    seeds
+        A list of ints or a string like ``"0-4"`` (:func:`parse_seeds`; default:
+        the config's ``seed``).
+    jobs
+        ``jobs > 1`` runs seeds in that many worker processes, each with
+        ``max(1, torch.get_num_threads() // jobs)`` threads; a seed's numbers do
+        not depend on the process that ran it.
+    device
+        Where the models run (``"cpu"``, or ``"cuda"`` where CUDA is present);
+        the data is drawn on the CPU, so a seed sees the same data anywhere.
+    progress
+        Show progress bars while models train (one process only).
+    log
+        Called (e.g. ``print``) with one line per finished experiment.
+    save
+        Called with the output so far after every finished experiment (one
+        process) or seed (``jobs > 1``), so a run that fails late, or is
+        stopped, keeps what it finished.
+
+    Returns
+    -------
+    ``{"config": ..., "seeds": [...], "results": {name: rows}, "meta": {...}}``:
+    one row per seed and observation (``row["seed"]``), seeds in order.
+    ``meta`` holds wall-clock seconds and peak memory per seed and experiment
+    (they vary from run to run and are never compared).
     """
     config = PRESETS["full"] if config is None else config
     names = list(EXPERIMENTS) if experiments is None else list(experiments)
@@ -212,15 +239,24 @@ def run_all(
 
 
 def merge(*outputs: Mapping[str, Any]) -> Output:
-    """One :func:`run_all` output from several, run in parts (other seeds, schemes or
-    experiments of the same preset).
+    """One :func:`run_all` output from several, run in parts of the same preset.
 
-    Configs must agree except for ``seed`` and the scheme lists (the merged
-    config lists every scheme of any part, in order of appearance).  Rows are
-    concatenated per experiment and sorted by seed (stable: each part's order
-    within a seed); seeds are the union, sorted.  The same seed, experiment and
-    scheme in two parts is an error (``ValueError``).  ``meta["parts"]`` keeps
-    every part's meta.
+    The parts differ in their seeds, schemes or experiments.  Configs must agree
+    except for ``seed`` and the scheme lists (the merged config lists every
+    scheme of any part, in order of appearance).  Rows are concatenated per
+    experiment and sorted by seed (stable: each part's order within a seed);
+    seeds are the union, sorted.  The same seed, experiment and scheme in two
+    parts is an error (``ValueError``), and so is no part at all.
+
+    Parameters
+    ----------
+    *outputs
+        :func:`run_all` outputs (or results files read with :func:`json.load`).
+
+    Returns
+    -------
+    One output: ``config``, ``seeds``, ``results``, and ``meta`` whose ``parts``
+    keeps every part's meta.
     """
     if not outputs:
         raise ValueError("outputs must hold at least one run_all output")
@@ -278,10 +314,25 @@ def _group_key(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Rows averaged over seeds: each float field ``x`` (a measurement, not one of
-    :data:`SETTINGS`) becomes ``x`` (mean),
-    ``x_lo`` and ``x_hi`` (a 95% t-interval over the seeds where it is defined, not
-    ``None``; equal to the mean for one seed), plus ``seeds`` (how many rows)."""
+    """Rows averaged over seeds, with a 95% t-interval for every measurement.
+
+    Rows that agree on every field naming an observation (every field that is
+    not a float, and the float settings of :data:`SETTINGS`; ``seed`` and the
+    per-answer fields of :data:`PER_ANSWER` aside) form one group.
+
+    Parameters
+    ----------
+    rows
+        An experiment's rows, one per seed and observation.
+
+    Returns
+    -------
+    One row per group, in order of first appearance: the naming fields, then
+    for each float field ``x`` (a measurement) its mean ``x`` and ``x_lo``,
+    ``x_hi`` (the 95% t-interval of :func:`t_interval` over the seeds where it
+    is defined, not ``None``; equal to the mean for one seed), and ``seeds``
+    (how many rows).
+    """
     groups: dict[tuple[tuple[str, Any], ...], list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault(_group_key(r), []).append(r)
@@ -349,6 +400,20 @@ def compare(
     registered after ``stored`` was made, or left out of its run), per
     experiment; every other setting must be equal (``seed`` and the scheme
     lists aside).
+
+    Parameters
+    ----------
+    stored, fresh
+        Two :func:`run_all` outputs: the reference (e.g. :func:`load_results`)
+        and the run to check.
+    tolerance
+        Entries that replace those of :data:`TOLERANCE`.
+
+    Returns
+    -------
+    One line per difference, naming the experiment, the observation and the
+    field (one line, ``"configs differ ..."``, when the settings differ); empty
+    when the runs agree.
     """
     tol = dict(TOLERANCE, **(tolerance or {}))
     problems = []

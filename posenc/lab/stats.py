@@ -44,9 +44,20 @@ def t_interval(
 ) -> tuple[float, float, float]:
     """``(mean, lo, hi)``: the two-sided t-interval for the mean of ``values``.
 
-    At ``level`` 0.95 the quantile comes from a table (3 decimals; df 1..30,
-    the normal 1.96 beyond) unless ``exact``; any other level, or ``exact``,
-    uses SciPy's quantile.  ``lo = hi = mean`` for one value.
+    Parameters
+    ----------
+    values
+        One number per seed, at least one (``ValueError`` when empty).
+    level
+        The confidence level, in (0, 1).
+    exact
+        Use SciPy's quantile at ``level`` 0.95 too.  At 0.95 the quantile
+        otherwise comes from a table (3 decimals; df 1..30, the normal 1.96
+        beyond); any other level uses SciPy's (``pip install posenc[lab]``).
+
+    Returns
+    -------
+    The mean and the interval's ends, floats; ``lo = hi = mean`` for one value.
     """
     n, mean, sd = _mean_sd(values)
     if n == 1:
