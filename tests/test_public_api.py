@@ -37,6 +37,9 @@ NOT_EXPORTED = {"analysis", "viz", "lab"}
 # Public names whose docstring lacks a required part (what it lacks), as of issue 28's
 # first phase; the missing sections come with the docstring examples (phase 2).  The
 # test fails when a name here is complete (remove it) and when a name outside it is not.
+# The four names of posenc/lab/propositions.py (PROPOSITIONS, check, failures, frozen_hash)
+# wait while that file is frozen: the chapter checks its SHA-256, the hash the confirmation
+# runs were registered under, so completing their docstrings changes it.
 PENDING = {
     "posenc.flex_available": "Parameters; Returns",
     "posenc.supports_flex": "Parameters; Returns",
