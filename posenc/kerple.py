@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias, Union
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +64,15 @@ from torch import nn
 
 from ._checks import check_choice, check_float_dtype, check_int
 from ._runtime import has_values
+from ._types import Device, ScoreMod
 from .context import CallContext
 from .scheme import PositionalScheme
 
 __all__ = ["Kerple"]
 
 KINDS = ("log", "power")
+# An initial r1 or r2: one positive number, or one per head.
+Initial: TypeAlias = Union[float, Sequence[float], torch.Tensor, None]  # noqa: UP007
 # The paper's code clamps r1 and r2 to at least this; posenc's initial values do the same.
 PAPER_EPS = 0.01
 
@@ -191,14 +194,38 @@ class Kerple(PositionalScheme):
     evaluates the formula into a dense ``(1, num_heads, q_len, k_len)`` bias
     (``(batch, ...)`` for per-sample positions).  Both compute in float32, or
     float64 for float64 inputs.
+
+    Examples
+    --------
+    >>> import torch, posenc
+    >>> kerple = posenc.Kerple(2, "log", r1=[1.0, 2.0], r2=0.5, dtype=torch.float64)
+    >>> [round(x, 6) for x in kerple.r1.tolist()], [round(x, 6) for x in kerple.r2.tolist()]
+    ([1.0, 2.0], [0.5, 0.5])
+    >>> z = torch.zeros(1, 2, 3, 8, dtype=torch.float64)   # (batch, heads, len, d)
+    >>> kerple.bias(z, z, posenc.CallContext.of(z, z))[0, 0].round(decimals=4).tolist()
+    [[0.0, -0.4055, -0.6931], [-0.4055, 0.0, -0.4055], [-0.6931, -0.4055, 0.0]]
+    >>> power = posenc.Kerple(2, "power", r1=0.5, r2=1.0, dtype=torch.float64)  # ALiBi-like
+    >>> power.bias(z, z, posenc.CallContext.of(z, z))[0, 1].round(decimals=4).tolist()
+    [[0.0, -0.5, -1.0], [-0.5, 0.0, -0.5], [-1.0, -0.5, 0.0]]
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = torch.randn(3, 1, 2, 5, 8, generator=g, dtype=torch.float64)
+    >>> posenc.attention(q, k, v, encoding=kerple, causal=True).shape
+    torch.Size([1, 2, 5, 8])
     """
 
     quadratic_memory = True  # the eager path's dense bias; the fused path has none
     reference = "chi2022kerple"
 
     def __init__(
-        self, num_heads: int, kind: str = "log", *, r1=None, r2=None, device=None, dtype=None
-    ):
+        self,
+        num_heads: int,
+        kind: str = "log",
+        *,
+        r1: Initial = None,
+        r2: Initial = None,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
         self.kind = check_choice("kind", kind, KINDS)
@@ -218,9 +245,10 @@ class Kerple(PositionalScheme):
         self._check_stored("r2", r2, self.r2, upper=r2_upper)
 
     @classmethod
-    def examples(cls, num_heads, head_dim):
-        # one value per head, spread over each parameter's range, so that every head differs
-        def spread(lo, hi):
+    def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
+        """Both forms, one value per head spread over each parameter's range."""
+
+        def spread(lo: float, hi: float) -> torch.Tensor:
             return torch.linspace(lo, hi, num_heads, dtype=torch.float64)
 
         return {
@@ -228,7 +256,9 @@ class Kerple(PositionalScheme):
             "power": cls(num_heads, "power", r1=spread(0.2, 1.0), r2=spread(0.5, 1.9)),
         }
 
-    def _initial(self, name, value, high, *, upper):
+    def _initial(
+        self, name: str, value: object, high: float, *, upper: float | None
+    ) -> torch.Tensor:
         h = self.num_heads
         if value is None:
             # uniform on (0, high) as in the paper's code, then its clamp at PAPER_EPS
@@ -259,7 +289,9 @@ class Kerple(PositionalScheme):
             raise ValueError(f"{name} must be finite and {allowed}, got {t.tolist()}")
         return t
 
-    def _check_stored(self, name, wanted, stored, *, upper):
+    def _check_stored(
+        self, name: str, wanted: torch.Tensor, stored: torch.Tensor, *, upper: float | None
+    ) -> None:
         """Refuse a value that the parameters' dtype stores as inf, 0 or its range's bound."""
         stored = stored.detach().double().cpu()
         bad = ~torch.isfinite(stored) | (stored <= 0)
@@ -284,13 +316,13 @@ class Kerple(PositionalScheme):
             return F.softplus(self.raw_r2)
         return 2 * torch.sigmoid(self.raw_r2)
 
-    def _kernel(self, distance, r1, r2):
+    def _kernel(self, distance: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         """``b`` from a float ``distance >= 0`` and broadcastable ``r1``, ``r2``."""
         if self.kind == "log":
             return -r1 * torch.log1p(r2 * distance)
         return -r1 * distance.pow(r2)
 
-    def score_mod(self, ctx: CallContext):
+    def score_mod(self, ctx: CallContext) -> ScoreMod:
         """``score + b_h(q_pos, k_pos)``: FlexAttention's form, and the eager bias by default.
 
         Inside the fused kernel on a CPU the returned function reads
@@ -315,7 +347,13 @@ class Kerple(PositionalScheme):
             table = static_table(self._kernel(distance, r1[:, None], r2[:, None]))
             last = plan.distances - 1
 
-        def mod(score, b, h, q_pos, k_pos):
+        def mod(
+            score: torch.Tensor,
+            b: torch.Tensor,
+            h: torch.Tensor,
+            q_pos: torch.Tensor,
+            k_pos: torch.Tensor,
+        ) -> torch.Tensor:
             if table is not None and q_pos.dim() == 0:  # one score, inside the fused kernel
                 return score + lookup(table, h, (q_pos - k_pos).abs().clamp(max=last))
             distance = (q_pos - k_pos).abs().to(work)
