@@ -10,11 +10,12 @@ rounded with :func:`~posenc.lab.lab.rounded`).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 
-from .lab import Lab, rounded
+from .lab import Lab, Row, rounded
 from .train import seed_for
 
 __all__ = ["DESCRIPTIONS", "EXPERIMENTS", "positions", "sliding", "window_plan"]
@@ -23,7 +24,7 @@ __all__ = ["DESCRIPTIONS", "EXPERIMENTS", "positions", "sliding", "window_plan"]
 _MAX_WINDOWS = 8
 
 
-def positions(lab: Lab) -> list[dict]:
+def positions(lab: Lab) -> list[Row]:
     """Loss by position within the context, binned, at every evaluation length, every scheme.
 
     The sequences are those of ``extrapolation`` (:meth:`Lab.lm_loss`: fresh
@@ -34,7 +35,7 @@ def positions(lab: Lab) -> list[dict]:
     """
     c = lab.config
     width = max(1, c.train_len // 4)
-    rows = []
+    rows: list[Row] = []
     for scheme in c.schemes:
         model, _ = lab.model("lm", scheme)
         for f in c.eval_factors:
@@ -81,12 +82,14 @@ def window_plan(total: int, length: int, stride: int) -> list[tuple[int, int]]:
 
 
 @torch.no_grad()
-def _window_losses(model, windows: torch.Tensor, device) -> torch.Tensor:
+def _window_losses(
+    model: torch.nn.Module, windows: torch.Tensor, device: torch.device
+) -> torch.Tensor:
     """Per-position loss of int64 ``windows (k, n + 1)`` (inputs ``[:, :-1]``): float64 ``(k, n)``.
 
     At most :data:`_MAX_WINDOWS` windows per model call: bounded memory.
     """
-    out = []
+    out: list[torch.Tensor] = []
     for chunk in windows.split(_MAX_WINDOWS):
         chunk = chunk.to(device)
         logits = model(chunk[:, :-1])
@@ -95,7 +98,9 @@ def _window_losses(model, windows: torch.Tensor, device) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _nonoverlapping(model, streams: torch.Tensor, length: int, device) -> torch.Tensor:
+def _nonoverlapping(
+    model: torch.nn.Module, streams: torch.Tensor, length: int, device: torch.device
+) -> torch.Tensor:
     """Each stream's mean loss, cut into consecutive windows of ``length``: float64 ``(count,)``.
 
     ``streams`` is int64 ``(count, T + 1)`` with ``T`` a multiple of ``length``:
@@ -106,17 +111,20 @@ def _nonoverlapping(model, streams: torch.Tensor, length: int, device) -> torch.
     return _window_losses(model, windows, device).view(count, total).mean(1)
 
 
-def _sliding(model, streams: torch.Tensor, length: int, stride: int, device) -> torch.Tensor:
+def _sliding(
+    model: torch.nn.Module, streams: torch.Tensor, length: int, stride: int, device: torch.device
+) -> torch.Tensor:
     """Each stream's mean loss, scored by the windows of :func:`window_plan`: ``(count,)``."""
     count, total = streams.shape[0], streams.shape[1] - 1
     plan = window_plan(total, length, stride)
     windows = torch.stack([streams[:, a : a + length + 1] for a, _ in plan], 1)
     ce = _window_losses(model, windows.reshape(-1, length + 1), device).view(count, len(plan), -1)
-    sums = sum(ce[:, k, first:].sum(1) for k, (_, first) in enumerate(plan))
+    # a plan has at least one window: the sum is a tensor, never sum's start value 0
+    sums = cast(torch.Tensor, sum(ce[:, k, first:].sum(1) for k, (_, first) in enumerate(plan)))
     return sums / total
 
 
-def sliding(lab: Lab) -> list[dict]:
+def sliding(lab: Lab) -> list[Row]:
     """The same tokens scored with non-overlapping windows and with a sliding window.
 
     For every scheme and evaluation length ``n = f L``, fresh streams of
@@ -138,8 +146,8 @@ def sliding(lab: Lab) -> list[dict]:
     loss over streams).
     """
     c = lab.config
-    rows = []
-    data = {}
+    rows: list[Row] = []
+    data: dict[int, tuple[torch.Tensor, float]] = {}
     for f in c.eval_factors:  # drawn once: every scheme scores the same streams
         n = f * c.train_len
         total = 4 * n

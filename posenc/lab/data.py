@@ -44,12 +44,17 @@ Nothing here is downloaded; every sample comes from a seeded
 from __future__ import annotations
 
 import math
+from typing import TypeAlias
 
 import torch
 
 from .._checks import check_float, check_int
 
 __all__ = ["CopyVocabSource", "PasskeyTask"]
+
+# The state of the exact floor: (u, pattern), u distinct tokens seen and the equality
+# pattern of the recent tokens, newest first, as class labels (see _canonical).
+_State: TypeAlias = tuple[int, tuple[int, ...]]
 
 
 class CopyVocabSource:
@@ -140,11 +145,13 @@ class CopyVocabSource:
         """
         length = check_int("length", length, minimum=1)
         floor = torch.empty(length, dtype=torch.float64)
-        law = {(0, ()): 1.0}  # (u, canonical pattern of recent tokens, newest first) -> prob
+        law: dict[_State, float] = {
+            (0, ()): 1.0
+        }  # (u, canonical pattern of recent tokens, newest first) -> prob
         for t in range(length):
             copying = t >= self.reach
             floor[t] = math.fsum(p * self._entropy(u, pat, copying) for (u, pat), p in law.items())
-            new_law: dict = {}
+            new_law: dict[_State, float] = {}
             for (u, pat), p in law.items():
                 for (u2, pat2), q in self._moves(u, pat, copying):
                     key = (u2, pat2)
@@ -154,11 +161,13 @@ class CopyVocabSource:
 
     # -------------------------------------------------------------- exact floor internals
 
-    def _masses(self, u: int, pat: tuple, copying: bool):
+    def _masses(
+        self, u: int, pat: tuple[int, ...], copying: bool
+    ) -> tuple[dict[int, float], float, float]:
         """``(mass per recent class, mass per other seen token, mass per unseen token)``."""
         v, s, pi = self.vocab, self.active, self.copy_prob
         fresh = (1 - pi) if copying else 1.0
-        counts: dict = {}
+        counts: dict[int, int] = {}
         if copying:
             for o in self.offsets:
                 counts[pat[o - 1]] = counts.get(pat[o - 1], 0) + 1
@@ -167,7 +176,7 @@ class CopyVocabSource:
         unseen = fresh * (s - u) / (s * (v - u)) if u < v else 0.0
         return recent, fresh / s, unseen
 
-    def _entropy(self, u: int, pat: tuple, copying: bool) -> float:
+    def _entropy(self, u: int, pat: tuple[int, ...], copying: bool) -> float:
         recent, seen, unseen = self._masses(u, pat, copying)
         others = u - len(recent)
         return -math.fsum(
@@ -175,7 +184,7 @@ class CopyVocabSource:
             + [others * _xlogx(seen), (self.vocab - u) * _xlogx(unseen)]
         )
 
-    def _moves(self, u: int, pat: tuple, copying: bool):
+    def _moves(self, u: int, pat: tuple[int, ...], copying: bool) -> list[tuple[_State, float]]:
         """Successor states ``((u', pattern'), probability)`` after one more token."""
         recent, seen, unseen = self._masses(u, pat, copying)
         fresh_class = len(set(pat))  # a label no recent token has
@@ -195,9 +204,9 @@ class CopyVocabSource:
         )
 
 
-def _canonical(pattern: tuple) -> tuple:
+def _canonical(pattern: tuple[int, ...]) -> tuple[int, ...]:
     """Relabel classes by first appearance, e.g. ``(5, 2, 5) -> (0, 1, 0)``."""
-    labels: dict = {}
+    labels: dict[int, int] = {}
     return tuple(labels.setdefault(c, len(labels)) for c in pattern)
 
 
@@ -225,7 +234,7 @@ class PasskeyTask:
 
     def sample(
         self, batch: int, length: int, distances: tuple[int, int], generator: torch.Generator
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(tokens (batch, length), answers (batch,), distance (batch,))``.
 
         The value sits ``d`` tokens before the query (the last token), with

@@ -24,7 +24,8 @@ import posenc
 from . import curves as _curves
 from . import recall as _recall
 from . import sweeps as _sweeps
-from .lab import ROPE_METHODS, Lab, loss_row, rope_scaling_for, rounded
+from .lab import ROPE_METHODS, Lab, Row, loss_row, rope_scaling_for, rounded
+from .model import TinyDecoder
 from .train import evaluate_accuracy, seed_for, train
 
 __all__ = [
@@ -35,11 +36,11 @@ __all__ = [
 # ------------------------------------------------------------------ experiments
 
 
-def training(lab: Lab) -> list[dict]:
+def training(lab: Lab) -> list[Row]:
     """Training-loss curves of the ``extrapolation`` models, with the floor at ``L``."""
     c = lab.config
     floor = lab.floor(c.train_len)
-    rows = []
+    rows: list[Row] = []
     for scheme in c.schemes:
         _, curve = lab.model("lm", scheme)
         for i, loss in enumerate(curve):
@@ -50,17 +51,17 @@ def training(lab: Lab) -> list[dict]:
     return rows
 
 
-def extrapolation(lab: Lab) -> list[dict]:
+def extrapolation(lab: Lab) -> list[Row]:
     """Loss at every evaluation length for every scheme trained at ``L``."""
     c = lab.config
-    rows = []
+    rows: list[Row] = []
     for scheme in c.schemes:
         model, _ = lab.model("lm", scheme)
         rows += [loss_row(lab, model, f, scheme=scheme) for f in c.eval_factors]
     return rows
 
 
-def rope_scaling(lab: Lab) -> list[dict]:
+def rope_scaling(lab: Lab) -> list[Row]:
     """RoPE context extension, at test time only and after a short fine-tune.
 
     Specific to ``rope``: the scalings (:data:`ROPE_METHODS`) change RoPE's
@@ -71,7 +72,7 @@ def rope_scaling(lab: Lab) -> list[dict]:
     return _scaling_rows(lab, base)
 
 
-def rope_budget(lab: Lab) -> list[dict]:
+def rope_budget(lab: Lab) -> list[Row]:
     """:func:`rope_scaling` for RoPE trained ``lm_long_steps`` steps instead of ``steps``.
 
     The model starts from the same initialisation, sees the same training data
@@ -84,11 +85,11 @@ def rope_budget(lab: Lab) -> list[dict]:
     return [{**r, "steps": c.lm_long_steps} for r in _scaling_rows(lab, base)]
 
 
-def _scaling_rows(lab: Lab, base) -> list[dict]:
+def _scaling_rows(lab: Lab, base: TinyDecoder) -> list[Row]:
     c = lab.config
-    rows = []
+    rows: list[Row] = []
 
-    def row(method, finetuned, scale, f):
+    def row(method: str, finetuned: bool, scale: int, f: int) -> None:
         rows.append(loss_row(lab, model, f, method=method, finetuned=finetuned, scale=scale))
 
     for method in ROPE_METHODS:
@@ -136,7 +137,7 @@ def curse_batches(lab: Lab, scheme: str = "") -> tuple[torch.Tensor, torch.Tenso
     return short, long_
 
 
-def early_tokens(lab: Lab) -> list[dict]:
+def early_tokens(lab: Lab) -> list[Row]:
     """Loss by position inside the window: ``L``-long windows against windows ``k L`` long.
 
     The same number of tokens (``curse_sequences`` windows of ``k L``,
@@ -148,7 +149,7 @@ def early_tokens(lab: Lab) -> list[dict]:
     c = lab.config
     n = c.curse_factor * c.train_len
     floor = lab.lm.floor(n)
-    rows = []
+    rows: list[Row] = []
     short, long_ = curse_batches(lab)
     for scheme in c.schemes:
         model, _ = lab.model("lm", scheme)
@@ -177,7 +178,7 @@ def early_tokens(lab: Lab) -> list[dict]:
     return rows
 
 
-def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
+def curse_summary(rows: list[Row], tail: int = 8) -> list[Row]:
     """How much of the long window's gain the early-token curse alone explains.
 
     Per seed (when rows carry one) and scheme: ``short`` and ``long`` are the
@@ -188,7 +189,7 @@ def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
     ``rho = (short - curse_only) / gain``.  The same numbers for the entropy
     floor (``scheme="floor"``) show what an ideal model would gain.
     """
-    out = []
+    out: list[Row] = []
     for seed in dict.fromkeys(r.get("seed") for r in rows):
         mine = [r for r in rows if r.get("seed") == seed]
         schemes = sorted({r["scheme"] for r in mine})
@@ -202,7 +203,7 @@ def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
             t_mean = math.fsum(short[-tail:]) / tail
             curse_only = (math.fsum(short) + (n - L) * t_mean) / n
             gain = s_mean - l_mean
-            row = {} if seed is None else {"seed": seed}
+            row: Row = {} if seed is None else {"seed": seed}
             out.append(
                 {
                     **row,
@@ -217,7 +218,7 @@ def curse_summary(rows: list[dict], tail: int = 8) -> list[dict]:
     return out
 
 
-def passkey(lab: Lab) -> list[dict]:
+def passkey(lab: Lab) -> list[Row]:
     """Retrieval accuracy by distance band, at ``L`` and at ``passkey_factor * L``.
 
     Every scheme of ``config.retrieval_schemes`` (``passkey_schemes``, by default
@@ -232,7 +233,7 @@ def passkey(lab: Lab) -> list[dict]:
     while lo <= n - 1:
         bands.append((lo, min(2 * lo - 1, n - 1)))
         lo *= 2
-    rows = []
+    rows: list[Row] = []
     for scheme in c.retrieval_schemes:
         model, _ = lab.model("passkey", scheme)
         for length, band in [(L, (1, L - 1))] + [(n, b) for b in bands]:
@@ -274,7 +275,7 @@ def passkey(lab: Lab) -> list[dict]:
     return rows
 
 
-def injection(lab: Lab) -> list[dict]:
+def injection(lab: Lab) -> list[Row]:
     """Input tables added at the input only or to every layer's input.
 
     Specific to the schemes that act on the input (``acts_on == "input"`` in
@@ -282,7 +283,7 @@ def injection(lab: Lab) -> list[dict]:
     injected in two ways.  Every such scheme of ``config.schemes`` is run.
     """
     c = lab.config
-    rows = []
+    rows: list[Row] = []
     for scheme in [s for s in c.schemes if posenc.SCHEMES[s].acts_on == "input"]:
         for inject in ("input", "every"):
             model, curve = lab.model("lm", scheme, inject)

@@ -24,12 +24,15 @@ Memory: beyond what each scheme's eager path builds (``quadratic_memory`` in
 
 from __future__ import annotations
 
+from typing import Any, Protocol, cast
+
 import torch
 from torch import nn
 
 import posenc
 
 from .._checks import check_choice, check_float, check_int
+from ..scheme import PositionalScheme
 
 __all__ = ["SCHEMES", "INJECTIONS", "TinyDecoder", "check_scheme"]
 
@@ -38,17 +41,23 @@ SCHEMES = tuple(posenc.SCHEMES)
 INJECTIONS = ("input", "every")
 
 
-def check_scheme(scheme) -> str:
+def check_scheme(scheme: object) -> str:
     """Return ``scheme`` if it is a name in :data:`posenc.SCHEMES`, else raise ``ValueError``."""
     if not isinstance(scheme, str):
         raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
     return check_choice("scheme", scheme, tuple(posenc.SCHEMES))
 
 
+class _InputTable(Protocol):
+    """A scheme that acts on the input (``sinusoidal``, ``learned``): a table of positions."""
+
+    def encode(self, positions: torch.Tensor) -> torch.Tensor: ...
+
+
 class _Block(nn.Module):
     """Pre-LayerNorm block: causal self-attention through ``posenc.attention``, then an MLP."""
 
-    def __init__(self, d_model: int, heads: int, encoding):
+    def __init__(self, d_model: int, heads: int, encoding: PositionalScheme | None) -> None:
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d_model)
@@ -62,13 +71,18 @@ class _Block(nn.Module):
         # in at call time)
         self.encoding = encoding
 
-    def forward(self, x: torch.Tensor, encoding, mask=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, encoding: PositionalScheme | None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).unbind(2)
+        qkv: torch.Tensor = self.qkv(self.ln1(x))  # (nn.Module.__call__ is untyped)
+        q, k, v = qkv.view(b, n, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
         a = posenc.attention(q, k, v, encoding=encoding, causal=True, mask=mask)
-        x = x + self.out(a.transpose(1, 2).reshape(b, n, d))
-        return x + self.mlp(self.ln2(x))
+        attended: torch.Tensor = self.out(a.transpose(1, 2).reshape(b, n, d))
+        x = x + attended
+        mlp: torch.Tensor = self.mlp(self.ln2(x))
+        return x + mlp
 
 
 class TinyDecoder(nn.Module):
@@ -127,8 +141,8 @@ class TinyDecoder(nn.Module):
         t5_buckets: int = 16,
         t5_max_distance: int | None = None,
         alibi_slope_scale: float = 1.0,
-        options: dict | None = None,
-    ):
+        options: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.vocab = check_int("vocab", vocab, minimum=1)
         self.scheme = check_scheme(scheme)
@@ -158,40 +172,47 @@ class TinyDecoder(nn.Module):
         self.alibi_slope_scale = check_float("alibi_slope_scale", alibi_slope_scale, positive=True)
         head_dim = d_model // heads
         # the lab's settings of the original schemes: the stored results use them
-        lab_options = {
+        settings: dict[str, dict[str, int | float | None]] = {
             "rope": {"base": rope_base},
             "shaw": {"max_distance": shaw_clip},
             "t5": {"num_buckets": t5_buckets, "max_distance": t5_max_distance},
             "learned": {"init_std": 1.0},  # the token embeddings are N(0, 1) as well
-        }.get(scheme, {})
+        }
+        lab_options = settings.get(scheme, {})
         self._options = {
             k: v for k, v in {**lab_options, **(options or {})}.items() if v is not None
         }
         max_len = self.table_len if scheme == "learned" else self.train_len
 
-        def build():
-            scheme = cls.build(heads, head_dim, max_len=max_len, causal=True, **self._options)
-            if self.alibi_slope_scale != 1.0:
-                scheme.slopes.mul_(self.alibi_slope_scale)  # float64 buffer: exact powers of 2
+        def build() -> nn.Module:  # every scheme of posenc.SCHEMES is a module
+            scheme: nn.Module = cls.build(
+                heads, head_dim, max_len=max_len, causal=True, **self._options
+            )
+            if self.alibi_slope_scale != 1.0:  # ALiBi's slopes: a float64 buffer, exact powers of 2
+                cast(torch.Tensor, scheme.slopes).mul_(self.alibi_slope_scale)
             return scheme
 
+        def on_attention() -> PositionalScheme:
+            # one that acts on attention is a PositionalScheme (posenc.attention takes no other)
+            return cast(PositionalScheme, build())
+
         self.embed = nn.Embedding(vocab, d_model)
-        self.tables = None
+        self.tables: nn.ModuleList | None = None
         if self.on_input:
             self.tables = nn.ModuleList(build() for _ in range(layers if inject == "every" else 1))
         shared = self.on_input or cls.shared_across_layers
         self.blocks = nn.ModuleList(
-            _Block(d_model, heads, None if shared else build()) for _ in range(layers)
+            _Block(d_model, heads, None if shared else on_attention()) for _ in range(layers)
         )
         # a scheme shared by every layer, built after the blocks (the stored runs' draw order)
-        self.shared = build() if cls.shared_across_layers and not self.on_input else None
+        self.shared = on_attention() if cls.shared_across_layers and not self.on_input else None
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.window: int | None = None
 
     # ------------------------------------------------------------------ positions
 
-    def set_rope_scaling(self, scaling) -> None:
+    def set_rope_scaling(self, scaling: posenc.RopeScaling | None) -> None:
         """Use RoPE with ``scaling`` (a :class:`posenc.RopeScaling` or ``None``) from now on."""
         if self.scheme != "rope":
             raise ValueError(f"scaling needs scheme 'rope', got scheme {self.scheme!r}")
@@ -204,9 +225,12 @@ class TinyDecoder(nn.Module):
     @property
     def max_len(self) -> int | None:
         """Longest input the model can run on: the rows of an input table, else ``None``."""
-        return getattr(self.tables[0], "max_positions", None) if self.on_input else None
+        if self.tables is None:  # a scheme on attention (self.on_input is false)
+            return None
+        rows: int | None = getattr(self.tables[0], "max_positions", None)
+        return rows
 
-    def check_length(self, length, name: str = "length") -> int:
+    def check_length(self, length: int, name: str = "length") -> int:
         """Return ``length`` if the model can run on it, else raise ``ValueError``."""
         length = check_int(name, length, minimum=1)
         if self.max_len is not None and length > self.max_len:
@@ -230,11 +254,13 @@ class TinyDecoder(nn.Module):
             window = check_int("window", self.window, minimum=1)
             mask = positions[:, None] - positions[None, :] < window  # keys i - w < j (<= i)
         for i, block in enumerate(self.blocks):
-            if self.on_input and (i == 0 or self.inject == "every"):
-                table = self.tables[i if self.inject == "every" else 0]
+            # self.tables is set exactly when self.on_input
+            if self.tables is not None and (i == 0 or self.inject == "every"):
+                table = cast(_InputTable, self.tables[i if self.inject == "every" else 0])
                 x = x + table.encode(positions).to(x.dtype)
             x = block(x, self.shared if block.encoding is None else block.encoding, mask)
-        return self.head(self.ln_f(x))
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
 
     def extra_repr(self) -> str:
         window = "" if self.window is None else f", window={self.window}"

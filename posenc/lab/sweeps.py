@@ -24,7 +24,8 @@ import torch
 import posenc
 
 from .._checks import check_float, check_int
-from .lab import Lab, loss_row, rope_scaling_for
+from .lab import Lab, Row, loss_row, rope_scaling_for
+from .model import TinyDecoder
 
 __all__ = [
     "DESCRIPTIONS",
@@ -40,21 +41,21 @@ __all__ = [
 SWEEP_METHODS = ("none", "ntk", "yarn", "pi")
 
 
-def _variant(lab: Lab, **settings) -> dict:
+def _variant(lab: Lab, **settings: float) -> dict[str, float]:
     """``settings`` without those equal to the configuration's (so the stored model is reused)."""
     c = lab.config
     same = {"rope_base": c.rope_base, "heads": c.heads, "alibi_slope_scale": 1.0}
     return {k: v for k, v in settings.items() if v != same[k]}
 
 
-def _scaled(lab: Lab, model, scaling):
+def _scaled(lab: Lab, model: TinyDecoder, scaling: posenc.RopeScaling | None) -> TinyDecoder:
     """A copy of the RoPE ``model`` with ``scaling`` (the trained model is left as it is)."""
     model = copy.deepcopy(model)
     model.set_rope_scaling(scaling)
     return model.to(lab.device)
 
 
-def rope_base(lab: Lab) -> list[dict]:
+def rope_base(lab: Lab) -> list[Row]:
     """RoPE trained at each base, with ``heads`` and with ``wide_heads`` heads, then scaled.
 
     For each base of ``config.rope_bases`` and each head count (the
@@ -66,10 +67,12 @@ def rope_base(lab: Lab) -> list[dict]:
     ``floor``, ``excess``, ``eval_se``.
     """
     c = lab.config
-    rows = []
+    rows: list[Row] = []
     for base in c.rope_bases:
         for heads in dict.fromkeys((c.heads, c.wide_heads)):
-            model, _ = lab.model("lm", "rope", **_variant(lab, rope_base=base, heads=heads))
+            model, _ = lab.model(
+                "lm", "rope", "input", **_variant(lab, rope_base=base, heads=heads)
+            )
             keys = {"base": base, "head_dim": c.d_model // heads}
             for f in c.eval_factors:
                 if f == 1:
@@ -82,20 +85,22 @@ def rope_base(lab: Lab) -> list[dict]:
     return rows
 
 
-def alibi_slopes(lab: Lab) -> list[dict]:
+def alibi_slopes(lab: Lab) -> list[Row]:
     """ALiBi with every slope multiplied by each ``config.alibi_slope_scales`` (1: the paper's).
 
     Rows: ``scale``, ``factor``, ``length``, ``loss``, ``floor``, ``excess``, ``eval_se``.
     """
     c = lab.config
-    rows = []
+    rows: list[Row] = []
     for scale in c.alibi_slope_scales:
-        model, _ = lab.model("lm", "alibi", **_variant(lab, alibi_slope_scale=scale))
+        model, _ = lab.model(
+            "lm", "alibi", inject="input", **_variant(lab, alibi_slope_scale=scale)
+        )
         rows += [loss_row(lab, model, f, scale=scale) for f in c.eval_factors]
     return rows
 
 
-def yarn_sweep(lab: Lab) -> list[dict]:
+def yarn_sweep(lab: Lab) -> list[Row]:
     """The standard RoPE model at test time with YaRN for each ``beta_fast``, and NTK.
 
     At every evaluation length ``f L`` with ``f > 1``, factor ``s = f``: YaRN
@@ -106,7 +111,7 @@ def yarn_sweep(lab: Lab) -> list[dict]:
     """
     c = lab.config
     model, _ = lab.model("lm", "rope")
-    rows = []
+    rows: list[Row] = []
     for f in c.eval_factors:
         if f == 1:
             continue

@@ -16,12 +16,17 @@ final block.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import torch
 
 from .._checks import check_float, check_int
 from .data import CopyVocabSource, PasskeyTask
 
 __all__ = ["LanguageTask", "RecallTask", "RetrievalTask"]
+
+# (inputs, targets, weights), each (batch, length)
+_Batch: TypeAlias = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class LanguageTask:
@@ -31,7 +36,7 @@ class LanguageTask:
         self.source = CopyVocabSource() if source is None else source
         self.vocab = self.source.vocab
 
-    def batch(self, batch: int, length: int, generator: torch.Generator):
+    def batch(self, batch: int, length: int, generator: torch.Generator) -> _Batch:
         """``(inputs, targets, weights)``, each ``(batch, length)``, from ``length + 1`` tokens."""
         length = check_int("length", length, minimum=1)
         x = self.source.sample(batch, length + 1, generator)
@@ -56,7 +61,13 @@ class RetrievalTask:
         self.passkey = PasskeyTask() if passkey is None else passkey
         self.vocab = self.passkey.vocab
 
-    def batch(self, batch: int, length: int, generator: torch.Generator, distances=None):
+    def batch(
+        self,
+        batch: int,
+        length: int,
+        generator: torch.Generator,
+        distances: tuple[int, int] | None = None,
+    ) -> _Batch:
         length = check_int("length", length, minimum=2)
         if distances is None:
             distances = (1, length - 1)
@@ -101,7 +112,7 @@ class RecallTask:
 
     # ------------------------------------------------------------------ pieces
 
-    def _draw(self, batch: int, g: torch.Generator):
+    def _draw(self, batch: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``(keys (batch, pairs), values (batch, pairs))``: distinct keys, independent values."""
         keys = torch.rand(batch, self.keys, generator=g).argsort(1)[:, : self.pairs]
         values = self.keys + torch.randint(self.values, (batch, self.pairs), generator=g)
@@ -110,7 +121,9 @@ class RecallTask:
     def _fillers(self, batch: int, length: int, g: torch.Generator) -> torch.Tensor:
         return self.keys + torch.randint(self.values, (batch, length), generator=g)
 
-    def _region(self, keys, values, length: int, g: torch.Generator) -> torch.Tensor:
+    def _region(
+        self, keys: torch.Tensor, values: torch.Tensor, length: int, g: torch.Generator
+    ) -> torch.Tensor:
         """``(batch, length)`` fillers with the pairs ``k v`` at uniformly random places.
 
         The region is a random order of ``pairs`` two-token items and
@@ -132,18 +145,22 @@ class RecallTask:
         tokens[rows, starts + 1] = values.gather(1, order)
         return tokens
 
-    def _queries(self, keys, values, g: torch.Generator):
+    def _queries(
+        self, keys: torch.Tensor, values: torch.Tensor, g: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(block (batch, block), order (batch, pairs))``: ``rounds`` times every key then
         its value, each round in a fresh order; ``order`` is the first round's."""
         batch, n = keys.shape
-        rounds, order = [], None
+        rounds: list[torch.Tensor] = []
+        order: torch.Tensor | None = None
         for _ in range(self.rounds):
             perm = torch.rand(batch, n, generator=g).argsort(1)
             order = perm if order is None else order
             rounds.append(torch.stack((keys.gather(1, perm), values.gather(1, perm)), 2))
+        assert order is not None  # rounds >= 1
         return torch.cat(rounds, 1).reshape(batch, self.block), order
 
-    def _scored(self, tokens: torch.Tensor, mask: torch.Tensor):
+    def _scored(self, tokens: torch.Tensor, mask: torch.Tensor) -> _Batch:
         """``(inputs, targets, weights)``: each query key predicts the value after it."""
         targets = torch.zeros_like(tokens)
         targets[:, :-1] = tokens[:, 1:]
@@ -151,7 +168,7 @@ class RecallTask:
 
     # ------------------------------------------------------------------ samplers
 
-    def batch(self, batch: int, length: int, generator: torch.Generator):
+    def batch(self, batch: int, length: int, generator: torch.Generator) -> _Batch:
         """Training batch ``(inputs, targets, weights)``, each ``(batch, length)``.
 
         Pairs anywhere in the first ``length - block`` tokens; ``weights`` is 1
@@ -167,7 +184,9 @@ class RecallTask:
         mask[:, -self.block :: 2] = True
         return self._scored(tokens, mask)
 
-    def band_batch(self, batch: int, length: int, lo: int, hi: int, generator: torch.Generator):
+    def band_batch(
+        self, batch: int, length: int, lo: int, hi: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(inputs, targets, weights, distances)``: inputs of ``length`` tokens in which
         every first-round query's key lies ``lo`` to ``hi`` tokens before that query.
 
@@ -231,7 +250,9 @@ class RecallTask:
         mask[start : start + 2 * self.pairs : 2] = True
         return mask
 
-    def needle_batch(self, batch: int, length: int, depth: float, generator: torch.Generator):
+    def needle_batch(
+        self, batch: int, length: int, depth: float, generator: torch.Generator
+    ) -> _Batch:
         """``(inputs, targets, weights)`` ``(batch, length)``: the needle pair at ``depth``.
 
         ``depth`` in ``[0, 1]`` places the needle's key at position

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, Literal, Protocol, TypeAlias, Union, overload
 
 import torch
 import torch.nn.functional as F
 
 from .._checks import check_float, check_int
+from .tasks import LanguageTask, RecallTask, RetrievalTask
 
 __all__ = ["seed_for", "train", "evaluate_loss", "evaluate_accuracy", "peak_memory_mb"]
 
+# The lab's tasks: each makes (inputs, targets, weights) with batch(batch, length, generator).
+_Task: TypeAlias = Union[LanguageTask, RetrievalTask, RecallTask]  # noqa: UP007
 
-def seed_for(*parts) -> int:
+
+def seed_for(*parts: object) -> int:
     """A stable 31-bit seed from any printable parts (independent of run order and hashing)."""
     return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
 
@@ -35,17 +41,26 @@ def peak_memory_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
-def _bar(total: int, desc: str, progress: bool):
+class _Bar(Protocol):
+    """What the loop uses of a tqdm progress bar."""
+
+    def update(self) -> object: ...
+    def set_postfix(self, **kwargs: Any) -> None: ...
+    def close(self) -> None: ...
+
+
+def _bar(total: int, desc: str, progress: bool) -> _Bar | None:
     if not progress:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # type: ignore[import-untyped]  # tqdm ships no types
 
-    return tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
+    bar: _Bar = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True)
+    return bar
 
 
 def train(
     model: torch.nn.Module,
-    task,
+    task: _Task,
     *,
     length: int,
     steps: int,
@@ -56,7 +71,7 @@ def train(
     progress: bool = False,
     desc: str = "train",
     warmup: int | None = None,
-    callback=None,
+    callback: Callable[[int], object] | None = None,
     callback_every: int = 250,
 ) -> list[float]:
     """Train ``model`` on ``task`` at ``length`` with AdamW and a cosine schedule.
@@ -83,13 +98,14 @@ def train(
     lr = check_float("lr", lr, positive=True)
     log_every = check_int("log_every", log_every, minimum=1)
     callback_every = check_int("callback_every", callback_every, minimum=1)
-    if hasattr(model, "check_length"):
-        model.check_length(length, "length")
+    check_length = getattr(model, "check_length", None)  # a TinyDecoder's
+    if check_length is not None:
+        check_length(length, "length")
     generator = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20) if warmup is None else check_int("warmup", warmup, minimum=1)
 
-    def schedule(step):
+    def schedule(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
@@ -97,7 +113,8 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     net, rank, world = _distributed(model, batch)
     model.train()
-    curve, block = [], []
+    curve: list[float] = []
+    block: list[float] = []
     bar = _bar(steps, desc, progress and rank == 0)
     for step in range(steps):
         # every process draws the same global batch and keeps its own rows
@@ -133,7 +150,7 @@ def train(
     return curve
 
 
-def _distributed(model, batch):
+def _distributed(model: torch.nn.Module, batch: int) -> tuple[torch.nn.Module, int, int]:
     """``(net, rank, world)``: ``model`` wrapped in DDP when a process group with more than
     one process is initialised, else ``(model, 0, 1)``."""
     dist = torch.distributed
@@ -145,29 +162,71 @@ def _distributed(model, batch):
     return torch.nn.parallel.DistributedDataParallel(model), dist.get_rank(), world
 
 
-def _on(model, tensors):
+def _on(model: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """``tensors`` on the model's device (data is always drawn on the CPU, so a seed
     gives the same data on every device)."""
     device = next(model.parameters()).device
     return tuple(t.to(device) for t in tensors)
 
 
-def _loss(logits, targets, weights):
+def _loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Per-position cross-entropy ``(batch, length)``, zero where ``weights`` is 0."""
     b, n, v = logits.shape
     ce = F.cross_entropy(logits.reshape(b * n, v).float(), targets.reshape(-1), reduction="none")
     return ce.view(b, n) * weights
 
 
-def _chunks(total: int, size: int):
+def _chunks(total: int, size: int) -> Iterator[int]:
     for start in range(0, total, size):
         yield min(size, total - start)
+
+
+@overload
+def evaluate_loss(
+    model: torch.nn.Module,
+    task: _Task,
+    length: int,
+    *,
+    sequences: int,
+    seed: int,
+    max_batch: int = ...,
+    name: str = ...,
+    per_sequence: Literal[False] = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def evaluate_loss(
+    model: torch.nn.Module,
+    task: _Task,
+    length: int,
+    *,
+    sequences: int,
+    seed: int,
+    max_batch: int = ...,
+    name: str = ...,
+    per_sequence: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def evaluate_loss(
+    model: torch.nn.Module,
+    task: _Task,
+    length: int,
+    *,
+    sequences: int,
+    seed: int,
+    max_batch: int = ...,
+    name: str = ...,
+    per_sequence: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @torch.no_grad()
 def evaluate_loss(
     model: torch.nn.Module,
-    task,
+    task: _Task,
     length: int,
     *,
     sequences: int,
@@ -175,7 +234,7 @@ def evaluate_loss(
     max_batch: int = 8,
     name: str = "length",
     per_sequence: bool = False,
-):
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Mean loss at every input position over ``sequences`` fresh samples: float64 ``(length,)``.
 
     With ``per_sequence=True``, returns ``(per_position, per_sequence)``: also
@@ -189,12 +248,13 @@ def evaluate_loss(
     """
     length = check_int(name, length, minimum=1)
     sequences = check_int("sequences", sequences, minimum=1)
-    if hasattr(model, "check_length"):
-        model.check_length(length, name)
+    check_length = getattr(model, "check_length", None)  # a TinyDecoder's
+    if check_length is not None:
+        check_length(length, name)
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     total = torch.zeros(length, dtype=torch.float64)
-    each = []
+    each: list[torch.Tensor] = []
     for size in _chunks(sequences, max_batch):
         inputs, targets, weights = _on(model, task.batch(size, length, generator))
         ce = _loss(model(inputs), targets, weights).to("cpu", torch.float64)
@@ -208,7 +268,7 @@ def evaluate_loss(
 @torch.no_grad()
 def evaluate_accuracy(
     model: torch.nn.Module,
-    task,
+    task: RetrievalTask,
     length: int,
     distances: tuple[int, int],
     *,
@@ -224,8 +284,9 @@ def evaluate_accuracy(
     """
     length = check_int(name, length, minimum=2)
     sequences = check_int("sequences", sequences, minimum=1)
-    if hasattr(model, "check_length"):
-        model.check_length(length, name)
+    check_length = getattr(model, "check_length", None)  # a TinyDecoder's
+    if check_length is not None:
+        check_length(length, name)
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     lo = task.passkey.fillers
