@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine with Python >= 3.10:
 #   make book   builds the site into _build/html (creating .venv first)
-#   make test   runs every check: lint, unit tests and nbval over every chapter (pinned
+#   make test   runs every check: lint, mypy --strict, the docstring examples, unit tests
+#               and nbval over every chapter (pinned
 #               to AVX2 on x86-64), the compiled paths again natively, the upstream
 #               checks (information), the book build with warnings as errors, the
 #               offline-site scan, and every page opened in headless Chromium
@@ -43,8 +44,11 @@ doctest: env
 
 # mypy --strict on posenc/, configured in pyproject.toml ([tool.mypy]; what it leaves out is
 # named there): the annotations users' type checkers read (posenc ships py.typed).
+# The frozen posenc/lab/propositions.py is typed by its stub; stubtest checks the stub
+# against the module.
 typecheck: env
 	$(BIN)/mypy
+	$(BIN)/python -m mypy.stubtest --mypy-config-file pyproject.toml posenc.lab.propositions
 
 # On x86-64 the main run is pinned to AVX2 (PyTorch's kernels, MKL's and oneDNN's), so
 # that every x86 machine takes the same code paths, and a machine with AVX-512 re-runs
@@ -102,8 +106,8 @@ browser: book browser-deps
 
 test: lint unit native upstream site browser
 
-# the docstrings' examples run in `make test` too
-test: doctest
+# the docstrings' examples and the strict type check run in `make test` too
+test: doctest typecheck
 
 # A release's files: the sdist, then the wheel built from it, in _build/dist, and
 # `twine check` on both (metadata, and the README as PyPI renders it).  Built with the
