@@ -1,11 +1,10 @@
 # Two commands do all the set-up on a fresh machine with Python >= 3.10:
 #   make book   builds the site into _build/html (creating .venv first)
-#   make test   runs every check: lint, mypy --strict, the docstring examples, unit tests
-#               and nbval over every chapter (pinned
-#               to AVX2 on x86-64), the compiled paths again natively, the upstream
-#               checks (information), the book build with warnings as errors, the
-#               offline-site scan, and every page opened in headless Chromium
-#               (screenshots: _build/screenshots)
+#   make test   runs every check: lint, mypy --strict, the docstrings' examples, unit
+#               tests and nbval over every chapter (pinned to AVX2 on x86-64), the
+#               compiled paths again natively, the upstream checks (information), the
+#               book build with warnings as errors, the offline-site scan, and every
+#               page opened in headless Chromium (screenshots: _build/screenshots)
 # .ci/run calls `make test`.
 
 SHELL := /bin/bash
