@@ -33,9 +33,23 @@ transformers formula (``apply_rotary_pos_emb`` of LLaMA, ALiBi of BLOOM),
 x-transformers, rotary-embedding-torch and torchtune.  A peer that cannot be
 imported is skipped with the reason printed.
 
-A verdict per target of issues 14 and 20 closes the output; a miss prints the measured
+* schemes (issue 26 item 6, alone with ``--schemes-only``): Kerple (log and
+  power) and FIRE against ALiBi's fused path at (1, 8, 2048, 64), causal,
+  float32, in ``--rounds`` rounds of interleaved repeats (the range over the
+  rounds is the spread the load leaves), with each path's extra memory and its
+  largest difference from the eager path; written to
+  ``benchmarks/results/fused_schemes_<isa>.json`` with the CPU, the
+  instruction set PyTorch and Inductor used and the load average.
+
+A process cannot change its instruction set: ``--isa avx2`` runs the script
+again in a subprocess with ``ATEN_CPU_CAPABILITY=avx2``,
+``MKL_ENABLE_INSTRUCTIONS=AVX2`` and ``ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch and
+Inductor then take their AVX2 code paths, 8-lane vectors; on a CPU with
+AVX-512 the compiler may still use AVX-512 instructions inside them).
+
+A verdict per target of issues 14, 20 and 26 closes the output; a miss prints the measured
 floor that explains it.  Run: ``python benchmarks/bench_fused.py [--repeats N]
-[--attention-only]``.
+[--attention-only | --many-shapes-only | --schemes-only [--rounds R]] [--isa avx2]``.
 A measurement script, not a test.
 """
 
@@ -47,6 +61,8 @@ import math
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 
@@ -59,9 +75,6 @@ from posenc import _memory
 try:  # same directory: the memory measures shared with the KV-cache benchmark
     from bench_kv_cache import peak_rss_growth_mib, torch_peak_mib
 except ImportError:  # run from elsewhere
-    import os
-    import sys
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_kv_cache import peak_rss_growth_mib, torch_peak_mib
 
@@ -284,6 +297,8 @@ def rope_section(shape, dtype, repeats: int):
     fused = {lay: posenc.RotaryEmbedding(dim, layout=lay, compiled=True) for lay in ("half",
              "interleaved")}  # fmt: skip
     eager = {lay: posenc.RotaryEmbedding(dim, layout=lay) for lay in ("half", "interleaved")}
+    # the hooks' (q, k, ctx) form, the context made once outside the timing
+    ctx = posenc.CallContext.of(x, k, q_positions=pos, k_positions=pos)
     fns = {
         "copy allocating (x * 2)": lambda: x * 2,
         "copy allocating, huge pages": lambda: torch.mul(
@@ -299,9 +314,9 @@ def rope_section(shape, dtype, repeats: int):
         "transformers formula (half)": lambda: x * cos2 + rotate_half(x) * sin2,
         "two copies allocating": lambda: (x * 2, k * 2),
         "floor: two copies, one compiled graph": lambda: floor_pair(x, k),
-        "q+k posenc half, eager": lambda: eager["half"].rotate(x, k, pos, pos),
-        "q+k posenc half, compiled": lambda: fused["half"].rotate(x, k, pos, pos),
-        "q+k posenc interleaved, compiled": lambda: fused["interleaved"].rotate(x, k, pos, pos),
+        "q+k posenc half, eager": lambda: eager["half"].rotate(x, k, ctx),
+        "q+k posenc half, compiled": lambda: fused["half"].rotate(x, k, ctx),
+        "q+k posenc interleaved, compiled": lambda: fused["interleaved"].rotate(x, k, ctx),
     }
     tf = peer("transformers apply_rotary_pos_emb", _transformers_rope)
     if tf is not None:
@@ -380,9 +395,77 @@ def machine() -> dict:
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        **instruction_sets(),
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+# What --isa avx2 sets: PyTorch's kernels, MKL and oneDNN all on their AVX2 code paths.
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+            "ONEDNN_MAX_CPU_ISA": "AVX2"}  # fmt: skip
+
+
+def instruction_sets() -> dict:
+    """The CPU's widest vector ISA and the ones PyTorch and Inductor use in this process."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    cpu = next((isa for isa in ("avx512f", "avx2") if isa in flags), "unknown")
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        inductor = str(cpu_vec_isa.pick_vec_isa()) or "none"
+    except Exception:  # no compiler: Inductor picks no ISA
+        inductor = "none"
+    return {
+        "cpu_isa": {"avx512f": "avx512", "avx2": "avx2"}.get(cpu, cpu),
+        "pytorch_isa": torch.backends.cpu.get_cpu_capability().lower(),
+        "inductor_isa": inductor,
+        "isa_env": {k: os.environ[k] for k in AVX2_ENV if k in os.environ},
+    }
+
+
+def rerun_with_isa(isa: str) -> int | None:
+    """Run this script again under ``isa`` when this process runs another; its exit code.
+
+    ``None`` when the process already runs ``isa`` (the caller goes on).  The
+    instruction set is fixed when PyTorch loads, so it takes a new process.
+    """
+    if isa == "native" or all(os.environ.get(k) == v for k, v in AVX2_ENV.items()):
+        return None
+    print(f"re-running under {' '.join(f'{k}={v}' for k, v in AVX2_ENV.items())}", flush=True)
+    return subprocess.call([sys.executable, *sys.argv], env={**os.environ, **AVX2_ENV})
+
+
+def compile_counts() -> dict:
+    """Graphs compiled so far in this process: Dynamo's, and Inductor's on-disk cache use.
+
+    ``graphs`` is Dynamo's ``counters["stats"]["unique_graphs"]``: it grows by
+    one for every graph Dynamo captures and compiles, a first compile or a
+    recompile; ``fx_cache_hits`` and ``fx_cache_misses`` say whether Inductor
+    then loaded the compiled code from its on-disk cache or generated and
+    built it (the slow part of a cold compile).
+    """
+    from torch._dynamo.utils import counters
+
+    return {
+        "graphs": counters["stats"]["unique_graphs"],
+        "fx_cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+        "fx_cache_misses": counters["inductor"]["fxgraph_cache_miss"],
+    }
+
+
+def compiled_during(fn) -> tuple[float, dict]:
+    """Run ``fn`` once: its time in seconds, and what it compiled (see :func:`compile_counts`)."""
+    before = compile_counts()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    elapsed = time.perf_counter() - t0
+    return elapsed, {k: v - before[k] for k, v in compile_counts().items()}
 
 
 def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
@@ -394,7 +477,10 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
     the fused path's steady state at each length; the "arrival / steady"
     ratio shows whether a late length is slower than it would be on a warm
     path (the recompile cliff of issue 21).  Then decoding steps (one query)
-    at five cache lengths on ``backend="flex"``.
+    at five cache lengths on ``backend="flex"``.  Every first call, and each
+    pass as a whole, records the graphs Dynamo compiled during it
+    (:func:`compile_counts`): "nothing more is compiled" is counted, not
+    inferred from a time.
     """
     alibi = posenc.ALiBi(8)
     g = torch.Generator().manual_seed(0)
@@ -417,16 +503,15 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
 
     rows = []
     print(f"  {'n':>5s} {'1st flex s':>10s} {'flex ms':>8s} {'auto ms':>8s} {'SDPA+bias ms':>12s} "
-          f"{'flex/SDPA':>9s} {'flex MiB':>8s} {'SDPA MiB':>8s}")  # fmt: skip
+          f"{'flex/SDPA':>9s} {'flex MiB':>8s} {'SDPA MiB':>8s} {'graphs':>6s}")  # fmt: skip
     with torch.no_grad():
         for n in lengths:
             f = fns(n)
-            t0 = time.perf_counter()
-            f["flex"]()
-            sync()
-            first = time.perf_counter() - t0
-            f["auto"]()  # auto's first call at this length (compiled already, or not)
+            first, compiled = compiled_during(f["flex"])
+            # auto's first call at this length (compiled already, or eager below its threshold)
+            _, auto_compiled = compiled_during(f["auto"])
             f["sdpa_dense_bias"]()
+            before_timing = compile_counts()["graphs"]
             times = {name: [] for name in f}
             for _ in range(repeats):
                 for name, fn in f.items():
@@ -439,15 +524,20 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
             out_bytes = 8 * n * 64 * 4
             mem = {name: memory(f[name], out_bytes)[0] for name in ("flex", "sdpa_dense_bias")}
             row = {"n": n, "first_call_s": first, **{f"{k}_s": t for k, t in med.items()},
-                   **{f"{k}_extra_mib": m for k, m in mem.items()}}  # fmt: skip
+                   **{f"{k}_extra_mib": m for k, m in mem.items()},
+                   "first_call_compiled": compiled, "auto_first_call_compiled": auto_compiled,
+                   "graphs_compiled_while_timing": compile_counts()["graphs"] - before_timing,
+                   }  # fmt: skip
             rows.append(row)
             dense = med["sdpa_dense_bias"]
             print(f"  {n:5d} {first:10.2f} {1e3 * med['flex']:8.1f} {1e3 * med['auto']:8.1f} "
                   f"{1e3 * dense:12.1f} {med['flex'] / dense:9.2f} "
-                  f"{mem['flex']:8.1f} {mem['sdpa_dense_bias']:8.1f}")  # fmt: skip
+                  f"{mem['flex']:8.1f} {mem['sdpa_dense_bias']:8.1f} "
+                  f"{compiled['graphs']:6d}")  # fmt: skip
         # the fused path's steady state: every length seen, nothing left to compile
         # (SDPA with a dense bias again beside it: the load drifts between the passes,
         # so arrival / steady is also given relative to SDPA in each pass)
+        before_steady = compile_counts()["graphs"]
         for row in rows:
             f = fns(row["n"])
             ts = {"flex": [], "sdpa_dense_bias": []}
@@ -460,14 +550,17 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
                     ts[name].append(time.perf_counter() - t0)
             row["flex_steady_s"] = statistics.median(ts["flex"])
             row["sdpa_dense_bias_steady_s"] = statistics.median(ts["sdpa_dense_bias"])
+        steady_compiled = compile_counts()["graphs"] - before_steady
         decode = []
         q1 = torch.randn(1, 8, 1, 64, generator=g).to(DEVICE)
         for n in lengths[-5:]:
             _, k, v = inputs[n]
-            t0 = time.perf_counter()
-            posenc.attention(q1, k, v, encoding=alibi, causal=True, backend="flex")
-            sync()
-            decode.append({"k_len": n, "first_call_s": time.perf_counter() - t0})
+            step = compiled_during(
+                lambda k=k, v=v: posenc.attention(
+                    q1, k, v, encoding=alibi, causal=True, backend="flex"
+                )
+            )
+            decode.append({"k_len": n, "first_call_s": step[0], "first_call_compiled": step[1]})
     last = rows[len(rows) // 2 :]
     summary = {
         "first_compile_s": rows[0]["first_call_s"],
@@ -487,6 +580,11 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
             for r in last
         ),
         "max_flex_extra_mib": max(r["flex_extra_mib"] for r in rows),
+        "graphs_compiled_by_first_calls": [r["first_call_compiled"]["graphs"] for r in rows],
+        "graphs_compiled_in_steady_pass": steady_compiled,
+        "graphs_compiled_by_first_decoding_steps": [
+            d["first_call_compiled"]["graphs"] for d in decode
+        ],
     }
     later = summary["new_length_first_call_s"]
     print(f"  first compile {summary['first_compile_s']:.1f} s; first call at a new length "
@@ -495,6 +593,9 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
         "  decode (one query) on flex, first call at a new cache length: "
         + ", ".join(f"{d['k_len']}: {d['first_call_s']:.2f} s" for d in decode)
     )
+    print(f"  graphs Dynamo compiled: first calls {summary['graphs_compiled_by_first_calls']}, "
+          f"steady pass {steady_compiled}, first decoding steps "
+          f"{summary['graphs_compiled_by_first_decoding_steps']}")  # fmt: skip
     verdict("many shapes, last half: flex / SDPA with a dense bias (median)",
             summary["median_flex_over_sdpa_dense_bias_last_half"], 2.5)  # fmt: skip
     verdict("many shapes, last half: auto / SDPA with a dense bias (median)",
@@ -521,6 +622,122 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
     return result
 
 
+# --- schemes (issue 26 item 6): Kerple and FIRE against ALiBi's fused path, per ISA ------------
+
+# Targets against ALiBi's fused path at (1, 8, 2048, 64), causal, float32 (issues 20 and 26).
+SCHEME_TARGETS = {"Kerple log": 1.2, "Kerple power": 1.2, "FIRE": 2.0}
+
+
+def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") -> dict:
+    """Kerple (log, power) and FIRE through ``backend="flex"`` against ALiBi's, side by side.
+
+    Every round times the candidates interleaved, ``repeats`` times each, and
+    takes medians; the ratios to ALiBi are per round, so the spread over the
+    rounds shows what the load does to them.  Before the rounds, each path's
+    first call (its compile) and its largest difference from the eager path on
+    the same inputs (float32, and from float64 eager) are recorded; after the
+    first round, each path's extra memory.  Parameters are the schemes' initial
+    ones (``torch.manual_seed(0)``); FIRE's cost does not depend on them, and
+    Kerple's tables hold one entry per head and distance whatever they are.
+    """
+    batch, heads, n, d = 1, 8, 2048, 64
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, n, d, generator=g).to(DEVICE) for _ in range(3))
+    torch.manual_seed(0)
+    schemes = {
+        "ALiBi": posenc.ALiBi(heads),
+        "Kerple log": posenc.Kerple(heads, "log"),
+        "Kerple power": posenc.Kerple(heads, "power"),
+        "FIRE": posenc.FIRE(heads),
+    }
+    schemes = {name: s.to(DEVICE) for name, s in schemes.items()}
+
+    def fused(scheme):
+        return lambda: posenc.attention(q, k, v, encoding=scheme, causal=True, backend="flex")
+
+    fns = {name: fused(s) for name, s in schemes.items()}
+    fns["floor: FlexAttention, no score change"] = fused(None)
+    fns["SDPA is_causal"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    start = machine()
+    print(f"\nschemes against ALiBi's fused path: (1, {heads}, {n}, {d}) float32 causal on "
+          f"{DEVICE}; CPU {start['cpu_isa']}, PyTorch {start['pytorch_isa']}, Inductor "
+          f"{start['inductor_isa']}; {rounds} rounds of {repeats} repeats; "
+          f"load {start['load_average_1_5_15']}")  # fmt: skip
+    out_bytes = q.numel() * q.element_size()
+    result = {
+        "benchmark": "bench_fused.py schemes",
+        "workload": f"posenc.attention(backend='flex'), (1, {heads}, {n}, {d}), causal, "
+        "float32, no grad; ratios to ALiBi's fused path",
+        "label": label,
+        "note": note,
+        "machine": start,
+        "repeats": repeats,
+        "targets_over_alibi": SCHEME_TARGETS,
+        "first_call_s": {},
+        "max_abs_diff_from_eager": {},
+        "max_abs_diff_from_float64_eager": {},
+        "extra_mib": {},
+        "rounds": [],
+    }
+    with torch.no_grad():
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            got = fn()
+            sync()
+            result["first_call_s"][name] = time.perf_counter() - t0
+            if name in schemes:
+                s = schemes[name]
+                eager = posenc.attention(q, k, v, encoding=s, causal=True, backend="eager")
+                wide = posenc.attention(q.double(), k.double(), v.double(), causal=True,
+                                        encoding=s.double(), backend="eager")  # fmt: skip
+                s.float()
+                result["max_abs_diff_from_eager"][name] = (got - eager).abs().max().item()
+                result["max_abs_diff_from_float64_eager"][name] = (
+                    (got.double() - wide).abs().max().item()
+                )
+        for r in range(rounds):
+            load = [round(x, 2) for x in os.getloadavg()]
+            _, med = run_side_by_side(fns, repeats)
+            base = med["ALiBi"]
+            result["rounds"].append({
+                "load_average_1_5_15": load,
+                "median_s": med,
+                "over_alibi": {name: t / base for name, t in med.items()},
+            })  # fmt: skip
+            if r == 0:
+                for name, fn in fns.items():
+                    result["extra_mib"][name] = memory(fn, out_bytes)[0]
+            ratios = ", ".join(f"{name} {t / base:.2f}x" for name, t in med.items()
+                               if name in SCHEME_TARGETS)  # fmt: skip
+            print(f"  round {r + 1}: ALiBi {1e3 * base:.1f} ms; {ratios}; load {load}")
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    summary = {}
+    print(f"  {'candidate':38s} {'ms':>7s} {'/ ALiBi: median':>15s} {'range':>13s} "
+          f"{'extra MiB':>9s} {'1st call s':>10s} {'vs eager':>9s}")  # fmt: skip
+    for name in fns:
+        ratios = [rd["over_alibi"][name] for rd in result["rounds"]]
+        ms = statistics.median(rd["median_s"][name] for rd in result["rounds"]) * 1e3
+        summary[name] = {"median": statistics.median(ratios), "min": min(ratios),
+                         "max": max(ratios)}  # fmt: skip
+        diff = result["max_abs_diff_from_eager"].get(name)
+        diff_s = "" if diff is None else f"{diff:9.1e}"
+        print(f"  {name:38s} {ms:7.1f} {summary[name]['median']:15.2f} "
+              f"{min(ratios):6.2f}-{max(ratios):<6.2f} {result['extra_mib'][name]:9.1f} "
+              f"{result['first_call_s'][name]:10.1f} {diff_s}")  # fmt: skip
+    result["summary_over_alibi"] = summary
+    for name, target in SCHEME_TARGETS.items():
+        met = sum(rd["over_alibi"][name] <= target for rd in result["rounds"])
+        verdict(f"{name} flex / ALiBi flex ({start['pytorch_isa']}), median of {rounds} "
+                f"rounds; met in {met} of {rounds}", summary[name]["median"], target)  # fmt: skip
+    os.makedirs(RESULTS, exist_ok=True)
+    stem = f"fused_schemes_{start['pytorch_isa']}" + (f"_{label}" if label else "")
+    path = os.path.join(RESULTS, f"{stem}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"  written to {os.path.relpath(path)}")
+    return result
+
+
 # --- verdicts ----------------------------------------------------------------------------------
 
 
@@ -540,9 +757,26 @@ def main():
     parser.add_argument(
         "--many-shapes-only", action="store_true", help="only the 20-length run (issue 21)"
     )
+    parser.add_argument(
+        "--schemes-only", action="store_true",
+        help="only Kerple and FIRE against ALiBi's fused path (issue 26)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the schemes run")
+    parser.add_argument(
+        "--isa", choices=("native", "avx2"), default="native",
+        help="avx2: run again in a subprocess on PyTorch's and Inductor's AVX2 code paths",
+    )  # fmt: skip
+    parser.add_argument("--label", default="", help="suffix of the schemes run's result file")
+    parser.add_argument("--note", default="", help="stored with the schemes run (what code ran)")
     args = parser.parse_args()
+    code = rerun_with_isa(args.isa)
+    if code is not None:
+        sys.exit(code)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {DEVICE}")
+    if args.schemes_only:
+        schemes_section(args.repeats, args.rounds, args.label, args.note)
+        return
     many_shapes_section(max(3, args.repeats // 3), list(range(1000, 3000, 100)))
     if args.many_shapes_only:
         return

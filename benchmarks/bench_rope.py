@@ -118,10 +118,14 @@ def many_shapes(dtype, lengths, repeats):
     """``compiled=True`` against eager over many lengths at (1, 32, S, 128), both layouts.
 
     Each length arrives once; its first compiled call is timed apart (a
-    compile, or a guard check), then the candidates run interleaved.  The
-    ratios are to the eager path of the same layout and to a read+write of
-    the same bytes (``torch.mul(x, 2, out=y)``).
+    compile, or a guard check) with the graphs Dynamo compiled during it,
+    then the candidates run interleaved.  The ratios are to the eager path of
+    the same layout and to a read+write of the same bytes
+    (``torch.mul(x, 2, out=y)``).  The interleaved layout runs the same eager
+    kernel with ``compiled=True``: its compiled / eager ratio is a null
+    control, whose scatter is what the load alone does to a ratio.
     """
+    compiled_during = _bench_fused().compiled_during
     rows = []
     name = str(dtype).removeprefix("torch.")
     print(f"\nmany shapes: RoPE (1, 32, S, 128) {name}, {len(lengths)} lengths, {repeats} repeats")
@@ -130,11 +134,10 @@ def many_shapes(dtype, lengths, repeats):
     for seq in lengths:
         x = torch.randn(1, 32, seq, 128, dtype=dtype)
         fns = _layouts(x, torch.empty_like(x))
-        first = {}
+        first, graphs = {}, {}
         for key, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            first[key] = time.perf_counter() - t0
+            first[key], compiled = compiled_during(fn)
+            graphs[key] = compiled["graphs"]
         times = {key: [] for key in fns}
         for _ in range(repeats):
             for key, fn in fns.items():
@@ -145,7 +148,8 @@ def many_shapes(dtype, lengths, repeats):
         best = {key: min(ts) for key, ts in times.items()}  # least disturbed by other load
         rows.append({"seq": seq, **{f"{k}_s": t for k, t in med.items()},
                      **{f"{k}_min_s": t for k, t in best.items()},
-                     **{f"{k}_first_call_s": t for k, t in first.items()}})  # fmt: skip
+                     **{f"{k}_first_call_s": t for k, t in first.items()},
+                     **{f"{k}_first_call_graphs": n for k, n in graphs.items()}})  # fmt: skip
         cells = " ".join(
             f"{1e3 * med[k]:7.2f} ({med[k] / med['copy']:4.2f}x)" for k in list(fns)[1:]
         )
@@ -168,15 +172,25 @@ def many_shapes(dtype, lengths, repeats):
     print(f"  first compile (half): {rows[0]['half_compiled_first_call_s']:.2f} s; later lengths' "
           f"first calls {min(r['half_compiled_first_call_s'] for r in rows[1:]):.3f}-"
           f"{max(r['half_compiled_first_call_s'] for r in rows[1:]):.3f} s")  # fmt: skip
+    control = [r["interleaved_compiled_s"] / r["interleaved_eager_s"] for r in rows]
+    print(f"  null control (interleaved, the same kernel both sides): compiled / eager from "
+          f"{min(control):.2f}x to {max(control):.2f}x over the {len(rows)} lengths")  # fmt: skip
+    print(f"  graphs Dynamo compiled by the first half-layout call at each length: "
+          f"{[r['half_compiled_first_call_graphs'] for r in rows]}")  # fmt: skip
     return {"dtype": name, "rows": rows, "compiled_over_eager_last_half": summary,
             "compiled_over_eager_last_half_of_minima": summary_min}  # fmt: skip
 
 
-def machine():
+def _bench_fused():
+    """``bench_fused`` beside this script (machine description, compile counts)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_fused import machine as describe
+    import bench_fused
 
-    return describe()
+    return bench_fused
+
+
+def machine():
+    return _bench_fused().machine()
 
 
 def main():
