@@ -8,8 +8,8 @@ configuration (``LabConfig.schemes``, by default every name in
 A tidy table is a list of flat ``dict`` rows (one observation per row), with
 floats rounded to 4 decimals so that stored results are small and stable.
 :data:`EXPERIMENTS` names every experiment and :data:`DESCRIPTIONS` says in
-one line what each asks; the experiments of this module are the original
-six, and other modules add theirs here.
+one line what each asks; the experiments of this module come first, and
+other modules add theirs here.
 """
 
 from __future__ import annotations
@@ -120,14 +120,32 @@ def _scaling_rows(lab: Lab, base: TinyDecoder) -> list[Row]:
 
 
 def curse_batches(lab: Lab, scheme: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """The inputs ``early_tokens`` scores: ``(short, long)`` windows, each a fresh sample.
+    """The windows ``early_tokens`` scores: ``(short, long)``, each window a fresh sample.
 
-    ``long`` is ``(curse_sequences, k L)``; ``short`` is ``(k * curse_sequences, L)``,
-    so both hold the same number of tokens.  Every window is a fresh sequence
-    of its own length, never a piece cut from a longer stream: the source is
-    not stationary (its first ``max(offsets)`` tokens are never copies), so a
+    Both come from the lab's language, ``lab.lm.source`` (a
+    :class:`CopyVocabSource`), drawn with one :class:`torch.Generator` seeded
+    by ``seed_for(config.seed, "curse")`` (the long windows first), so every
+    scheme is scored on the same tokens.  Every window is a fresh sequence of
+    its own length, never a piece cut from a longer stream: the source is not
+    stationary (its first ``max(offsets)`` tokens are never copies), so a
     window cut at a multiple of ``L`` would start with the law of a mid-stream
     token, and its loss could sit below the entropy floor drawn for it.
+
+    Parameters
+    ----------
+    lab
+        The :class:`Lab` whose configuration sets the windows: ``L = train_len``,
+        ``k = curse_factor`` and ``curse_sequences``.
+    scheme
+        Ignored: the windows depend on the configuration only, the same for
+        every scheme.
+
+    Returns
+    -------
+    ``(short, long)``, int64 token ids: ``short`` is ``(k * curse_sequences, L + 1)``
+    and ``long`` is ``(curse_sequences, k L + 1)``.  Each row holds a window's
+    inputs and, shifted by one, its next-token targets, so both predict the same
+    number of tokens, ``k L curse_sequences``.
     """
     c = lab.config
     k, n = c.curse_factor, c.curse_factor * c.train_len
@@ -181,13 +199,32 @@ def early_tokens(lab: Lab) -> list[Row]:
 def curse_summary(rows: list[Row], tail: int = 8) -> list[Row]:
     """How much of the long window's gain the early-token curse alone explains.
 
-    Per seed (when rows carry one) and scheme: ``short`` and ``long`` are the
-    mean losses of the two windowings; ``curse_only`` is the long window's
-    mean loss if every position from ``L`` on scored what the last ``tail``
-    positions of a short window score (no use of context beyond ``L``);
-    ``gain = short - long``; ``explained`` is
-    ``rho = (short - curse_only) / gain``.  The same numbers for the entropy
-    floor (``scheme="floor"``) show what an ideal model would gain.
+    Per seed (when rows carry one) and scheme, from the per-position losses
+    of the two windowings: ``short`` and ``long`` are their means over
+    positions; ``curse_only`` is the long window's mean loss if every position
+    from ``L`` on scored the mean of the last ``tail`` positions of a short
+    window (no use of context beyond ``L``); ``gain = short - long``; and
+    ``explained`` is ``rho = (short - curse_only) / gain``.  The same numbers
+    for the entropy floor (``scheme="floor"``) show what an ideal model would gain.
+
+    Parameters
+    ----------
+    rows
+        Rows of ``early_tokens``: ``scheme``, ``window`` (``"short"`` or
+        ``"long"``), ``position``, ``loss`` and ``floor``, and ``seed`` when
+        they come from :func:`run_all`; each scheme's rows in order of
+        position.  ``L`` is the number of short-window rows of a scheme.
+    tail
+        How many of the last short-window positions stand for a position with
+        a full window of context (default 8; at most ``L``).
+
+    Returns
+    -------
+    One row per seed (in the order they first appear) and scheme (sorted,
+    then ``"floor"``, computed from the first scheme's ``floor`` column):
+    ``seed`` (only when the rows carry one), ``scheme``, ``short``, ``long``,
+    ``curse_only``, ``gain`` (mean losses, nats per token) and ``explained``
+    (``None`` when ``gain <= 0``), floats rounded to 4 decimals.
     """
     out: list[Row] = []
     for seed in dict.fromkeys(r.get("seed") for r in rows):
@@ -293,6 +330,11 @@ def injection(lab: Lab) -> list[Row]:
     return rows
 
 
+#: Every experiment of the lab, ``{name: function}``: each function takes a :class:`Lab`
+#: and returns its tidy table (a list of flat ``dict`` rows).  The seven of this module,
+#: then those of :mod:`posenc.lab.curves`, :mod:`posenc.lab.sweeps` and
+#: :mod:`posenc.lab.recall`, in the order the chapter shows them; :data:`DESCRIPTIONS`
+#: says in one line what each asks, and :func:`run_all` runs them by name.
 EXPERIMENTS = {
     "training": training,
     "extrapolation": extrapolation,

@@ -38,11 +38,37 @@ __all__ = ["SCHEMES", "INJECTIONS", "TinyDecoder", "check_scheme"]
 
 #: Names of the schemes the lab trains: every entry of :data:`posenc.SCHEMES`.
 SCHEMES = tuple(posenc.SCHEMES)
+#: Where a scheme that acts on the input adds its table (``TinyDecoder(inject=...)``):
+#: ``"input"``, to the token embeddings before the first layer only, or ``"every"``, to
+#: the input of every layer, one table per layer.
 INJECTIONS = ("input", "every")
 
 
 def check_scheme(scheme: object) -> str:
-    """Return ``scheme`` if it is a name in :data:`posenc.SCHEMES`, else raise ``ValueError``."""
+    """Return ``scheme`` if it is a name in :data:`posenc.SCHEMES`, else raise.
+
+    Raises ``TypeError`` when ``scheme`` is not a ``str``, and ``ValueError``
+    naming ``scheme`` and listing the registered names when it is not one of them.
+
+    Parameters
+    ----------
+    scheme
+        The value to check: a scheme's registered name, such as ``"rope"``.
+
+    Returns
+    -------
+    ``scheme`` itself.
+
+    Examples
+    --------
+    >>> from posenc.lab import check_scheme
+    >>> check_scheme("rope")
+    'rope'
+    >>> check_scheme("rotary")
+    Traceback (most recent call last):
+    ...
+    ValueError: scheme must be one of 'none', 'sinusoidal', ..., got 'rotary'
+    """
     if not isinstance(scheme, str):
         raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
     return check_choice("scheme", scheme, tuple(posenc.SCHEMES))

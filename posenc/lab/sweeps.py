@@ -143,8 +143,33 @@ def unseen_angle_pairs(head_dim: int, base: float, train_len: int, factor: float
     ``theta_i (L - 1) < 2 pi <= theta_i L`` is counted, though its angle
     modulo ``2 pi`` at distance ``L`` falls back inside the arc.)
 
-    ``head_dim`` is even; ``base > 0``; ``train_len >= 1``; ``factor >= 1``.
-    Exact in float64.
+    The frequencies are :func:`posenc.rope_frequencies` in float64; invalid
+    arguments raise ``ValueError`` naming the argument.
+
+    Parameters
+    ----------
+    head_dim
+        The head dimension, even (``head_dim // 2`` rotary pairs).
+    base
+        RoPE's base (``> 0``).
+    train_len
+        ``L``, the training length (``>= 1``).
+    factor
+        The longest evaluation length as a multiple of ``L`` (``>= 1``).
+
+    Returns
+    -------
+    The number of pairs, an int in ``0 .. head_dim // 2``.
+
+    Examples
+    --------
+    >>> from posenc.lab import unseen_angle_pairs
+    >>> unseen_angle_pairs(16, 100.0, 32, 4)    # pairs 3-7 turn less than once over L
+    5
+    >>> unseen_angle_pairs(16, 10000.0, 32, 4)  # a larger base slows pair 2 as well
+    6
+    >>> unseen_angle_pairs(16, 100.0, 32, 1)    # no distance beyond L: nothing unseen
+    0
     """
     theta = _omega(head_dim, base)
     train_len = check_int("train_len", train_len, minimum=1)
@@ -175,6 +200,33 @@ def yarn_split(
     fastest pair makes fewer than ``beta_fast`` turns, the ramp's start
     clamps to pair 0: pair 0 is then kept whatever its turns, and the ramp
     spans only the few pairs up to the ``beta_slow`` index.
+
+    Parameters
+    ----------
+    head_dim
+        The head dimension, even (``head_dim // 2`` rotary pairs).
+    base
+        RoPE's base (``> 0``).
+    train_len
+        ``L``, the training length: YaRN's ``original_max_positions`` (``>= 1``).
+    factor
+        YaRN's scale factor ``s`` (``>= 1``).
+    beta_fast, beta_slow
+        YaRN's turn thresholds (default 32 and 1, the paper's): pairs with more
+        than ``beta_fast`` turns over ``L`` are kept, those with fewer than
+        ``beta_slow`` divided by ``factor``.
+
+    Returns
+    -------
+    ``omega_i / omega_i'`` for each pair ``i`` (fastest first), float64
+    ``(head_dim // 2,)``, each in ``[1, factor]``.
+
+    Examples
+    --------
+    >>> from posenc.lab import yarn_split
+    >>> yarn_split(16, 100.0, 32, 4.0)   # pair 0 kept, pairs 1-2 on the ramp, 3-7 by 4
+    tensor([1.0000, 1.3333, 2.0000, 4.0000, 4.0000, 4.0000, 4.0000, 4.0000],
+           dtype=torch.float64)
     """
     plain = _omega(head_dim, base)
     scaling = posenc.RopeScaling.yarn(

@@ -30,7 +30,19 @@ _Batch: TypeAlias = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 class LanguageTask:
-    """Next-token prediction on a :class:`CopyVocabSource`; ``vocab`` is the source's."""
+    """Next-token prediction on a :class:`CopyVocabSource`; ``vocab`` is the source's.
+
+    Every position of every sequence is scored: position ``i`` predicts token
+    ``i + 1``.  The attributes ``source`` and ``vocab`` hold the source and its
+    number of token ids.
+
+    Parameters
+    ----------
+    source
+        The language to sample; default ``CopyVocabSource()`` (32 token ids,
+        6 active per sequence, copies from 1 to 3 tokens back with
+        probability 0.5).
+    """
 
     def __init__(self, source: CopyVocabSource | None = None):
         self.source = CopyVocabSource() if source is None else source
@@ -53,8 +65,17 @@ class LanguageTask:
 class RetrievalTask:
     """Name the value hidden in a :class:`PasskeyTask` sequence, scored at the last position.
 
-    ``distances = (lo, hi)`` bounds how far before the query the value sits;
-    ``None`` means anywhere, ``(1, length - 1)``.
+    The query marker is the last token; the model must name the value token
+    hidden before it.  ``distances = (lo, hi)`` in :meth:`batch` bounds how far
+    before the query the value sits; ``None`` means anywhere, ``(1, length - 1)``.
+    The attributes ``passkey`` and ``vocab`` hold the task and its number of
+    token ids.
+
+    Parameters
+    ----------
+    passkey
+        The sequences to sample; default ``PasskeyTask()`` (32 filler and 8 value
+        tokens, plus the query marker: 41 token ids).
     """
 
     def __init__(self, passkey: PasskeyTask | None = None):
@@ -68,6 +89,27 @@ class RetrievalTask:
         generator: torch.Generator,
         distances: tuple[int, int] | None = None,
     ) -> _Batch:
+        """``(inputs, targets, weights)``, each ``(batch, length)``: only the last position scored.
+
+        Parameters
+        ----------
+        batch
+            Number of sequences.
+        length
+            Tokens per sequence, query marker included (``>= 2``).
+        generator
+            The :class:`torch.Generator` every draw comes from.
+        distances
+            ``(lo, hi)``: the value sits ``d`` tokens before the query, ``d``
+            uniform on ``lo .. hi`` (both included, ``1 <= lo <= hi <= length - 1``);
+            ``None``: ``(1, length - 1)``.
+
+        Returns
+        -------
+        ``inputs`` (int64 token ids), ``targets`` (int64, zero except the last
+        column, the hidden value) and ``weights`` (float, 1 in the last column, 0
+        elsewhere).
+        """
         length = check_int("length", length, minimum=2)
         if distances is None:
             distances = (1, length - 1)

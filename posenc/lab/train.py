@@ -28,12 +28,47 @@ _Task: TypeAlias = Union[LanguageTask, RetrievalTask, RecallTask]  # noqa: UP007
 
 
 def seed_for(*parts: object) -> int:
-    """A stable 31-bit seed from any printable parts (independent of run order and hashing)."""
+    """A stable 31-bit seed from any printable parts (independent of run order and hashing).
+
+    The lab derives every model's and every batch's seed this way, from the run's
+    seed and names (``seed_for(config.seed, "data", task, scheme, ...)``), so a
+    model gets the same seed whatever else runs before it.
+
+    Parameters
+    ----------
+    *parts
+        Values whose ``repr`` is stable (ints, strings, floats, tuples of them):
+        the seed is the CRC-32 of ``repr(parts)``, so ``0`` and ``"0"`` give
+        different seeds.
+
+    Returns
+    -------
+    An int in ``0 .. 2**31 - 1``, the same in every process and on every machine
+    (unlike ``hash``, which Python salts per process for strings).
+
+    Examples
+    --------
+    >>> from posenc.lab import seed_for
+    >>> seed_for(0, "curse")
+    618889170
+    >>> seed_for(0, "curse") == seed_for(1, "curse")
+    False
+    """
     return zlib.crc32(repr(parts).encode()) & 0x7FFFFFFF
 
 
 def peak_memory_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (Linux and macOS)."""
+    """Peak resident memory of this process so far, in MiB (Linux and macOS).
+
+    The high-water mark of the resident set size (``ru_maxrss`` of
+    ``resource.getrusage(RUSAGE_SELF)``: KiB on Linux, bytes on macOS): it never
+    decreases, and it counts this process only, not its worker processes.  Needs
+    the ``resource`` module, which Windows lacks (``ImportError`` there).
+
+    Returns
+    -------
+    The peak in MiB (``2**20`` bytes), a float.
+    """
     import resource
     import sys
 
@@ -76,21 +111,62 @@ def train(
 ) -> list[float]:
     """Train ``model`` on ``task`` at ``length`` with AdamW and a cosine schedule.
 
-    The learning rate rises linearly over ``warmup`` steps (default
-    ``max(1, steps // 20)``; pass it to hold the warmup fixed when only the
-    budget changes), then follows a cosine to 0 at ``steps``.
-
-    Returns the mean training loss of each block of ``log_every`` steps
-    (``ceil(steps / log_every)`` values, nats per scored token).  The model is
-    left in eval mode.  ``callback(step)``, when given, is called after every
-    ``callback_every`` steps (``step`` = steps done); it may evaluate the model
-    (training resumes in train mode) but must not draw from the training data.
+    Each step draws ``batch`` fresh sequences of ``length`` tokens from
+    ``task`` and minimises the mean cross-entropy over the scored tokens
+    (``weights`` of 1), with AdamW (no weight decay) and gradients clipped to
+    norm 1.  The learning rate rises linearly over ``warmup`` steps to ``lr``,
+    then follows a cosine to 0 at ``steps``.  The data is drawn on the CPU from
+    a :class:`torch.Generator` seeded with ``seed`` and moved to the device of
+    the model's parameters, so a seed gives the same data on any device; the
+    initialisation is the caller's (``torch.manual_seed`` before building the
+    model).  The model is left in eval mode.
 
     Under ``torchrun`` (an initialised ``torch.distributed`` process group with
     more than one process) the model is wrapped in DistributedDataParallel:
     every process draws the same global batch of ``batch`` sequences (divisible
     by the number of processes) and trains on its share, so the losses and the
     updates equal one process's within rounding.
+
+    Parameters
+    ----------
+    model
+        Maps int64 tokens ``(batch, length)`` to logits ``(batch, length, vocab)``,
+        such as a :class:`TinyDecoder`; when it has a ``check_length`` method (a
+        :class:`TinyDecoder` does), ``length`` is checked with it first.
+    task
+        A :class:`LanguageTask`, :class:`RetrievalTask` or :class:`RecallTask`:
+        its ``batch(batch, length, generator)`` gives ``(inputs, targets, weights)``.
+    length
+        Tokens per training sequence (``>= 1``).
+    steps
+        Optimiser steps (``>= 0``; 0 leaves the model as it is).
+    batch
+        Sequences per step (``>= 1``).
+    lr
+        Peak learning rate (``> 0``; default ``3e-3``).
+    seed
+        Seed of the training data (default 0).
+    log_every
+        Steps per value of the returned curve (default 10).
+    progress
+        Show a ``tqdm`` progress bar (in the first process only); ``tqdm`` is
+        imported only then.
+    desc
+        The progress bar's label.
+    warmup
+        Warmup steps (``>= 1``); default ``max(1, steps // 20)``.  Pass it to
+        hold the warmup fixed when only the budget changes.
+    callback
+        Called as ``callback(step)`` (``step`` = steps done) after every
+        ``callback_every`` steps; it may evaluate the model (training resumes in
+        train mode) but must not draw from the training data.
+    callback_every
+        Steps between calls of ``callback`` (``>= 1``; default 250).
+
+    Returns
+    -------
+    The mean training loss (nats per scored token) of each block of ``log_every``
+    steps, the last block possibly shorter: ``ceil(steps / log_every)`` floats.
     """
     length = check_int("length", length, minimum=1)
     steps = check_int("steps", steps, minimum=0)
@@ -237,14 +313,42 @@ def evaluate_loss(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Mean loss at every input position over ``sequences`` fresh samples: float64 ``(length,)``.
 
-    With ``per_sequence=True``, returns ``(per_position, per_sequence)``: also
-    each sequence's mean loss, float64 ``(sequences,)`` (their spread is the
-    evaluation noise).
+    The samples are drawn from ``task`` with a :class:`torch.Generator` seeded
+    with ``seed`` (on the CPU), so every model evaluated with the same ``seed``
+    sees the same sequences.  The model is put in eval mode and run without
+    gradients.  Sequences are processed ``max_batch`` at a time, so memory grows
+    with ``max_batch * length**2`` at most (the attention weights), never with
+    ``sequences``.
 
-    Raises ``ValueError`` naming ``name`` when the model cannot run on
-    ``length`` (a learned table past its rows).  Sequences are processed
-    ``max_batch`` at a time, so memory grows with ``max_batch * length**2``
-    at most (the attention weights), never with ``sequences``.
+    Parameters
+    ----------
+    model
+        Maps int64 tokens ``(batch, length)`` to logits ``(batch, length, vocab)``;
+        when it has a ``check_length`` method (a :class:`TinyDecoder` does), it
+        raises ``ValueError`` naming ``name`` when the model cannot run on
+        ``length`` (a learned table past its rows).
+    task
+        A :class:`LanguageTask`, :class:`RetrievalTask` or :class:`RecallTask`.
+    length
+        Tokens per sequence (``>= 1``).
+    sequences
+        Number of sequences (``>= 1``).
+    seed
+        Seed of the evaluation data.
+    max_batch
+        Sequences per forward pass (default 8).
+    name
+        How ``length`` is named in error messages (default ``"length"``).
+    per_sequence
+        Also return each sequence's mean loss.
+
+    Returns
+    -------
+    The cross-entropy (nats) at each position, averaged over the sequences:
+    float64 ``(length,)``, 0 where the task scores nothing (``weights`` of 0).
+    With ``per_sequence=True``, ``(per_position, per_sequence)``: also each
+    sequence's mean over its positions, float64 ``(sequences,)`` (their spread
+    is the evaluation noise).
     """
     length = check_int(name, length, minimum=1)
     sequences = check_int("sequences", sequences, minimum=1)
@@ -279,8 +383,39 @@ def evaluate_accuracy(
 ) -> float:
     """Fraction of ``sequences`` retrieval samples whose value the model names (argmax).
 
-    ``task`` is a :class:`posenc.lab.RetrievalTask`; the argmax is taken over
-    the value tokens only.
+    The samples are drawn from ``task`` with a :class:`torch.Generator` seeded
+    with ``seed`` (on the CPU); the model is put in eval mode and run without
+    gradients, ``max_batch`` sequences at a time.  A sample counts as named when,
+    at the last position (the query), the largest logit among the value tokens
+    is the hidden value's: other tokens are never guessed, so chance is
+    ``1 / task.passkey.values``.
+
+    Parameters
+    ----------
+    model
+        Maps int64 tokens ``(batch, length)`` to logits ``(batch, length, vocab)``;
+        when it has a ``check_length`` method (a :class:`TinyDecoder` does), it
+        raises ``ValueError`` naming ``name`` when the model cannot run on
+        ``length``.
+    task
+        A :class:`RetrievalTask`.
+    length
+        Tokens per sequence, query included (``>= 2``).
+    distances
+        ``(lo, hi)``: the value sits ``d`` tokens before the query, ``d`` uniform
+        on ``lo .. hi`` (both included, ``1 <= lo <= hi <= length - 1``).
+    sequences
+        Number of samples (``>= 1``).
+    seed
+        Seed of the evaluation data.
+    max_batch
+        Sequences per forward pass (default 8).
+    name
+        How ``length`` is named in error messages (default ``"length"``).
+
+    Returns
+    -------
+    The fraction of samples named correctly, a float in ``[0, 1]``.
     """
     length = check_int(name, length, minimum=2)
     sequences = check_int("sequences", sequences, minimum=1)
