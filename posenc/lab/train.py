@@ -257,10 +257,14 @@ def _chunks(total: int, size: int) -> Iterator[int]:
         yield min(size, total - start)
 
 
+# The overloads spell the task's type out rather than use _Task: the reference shows
+# their signatures, and autodoc evaluates their annotations in the globals of the
+# documented object, torch.no_grad's wrapper (torch's module), where _Task is unknown;
+# left as text, it is a reference to a private name that the strict book build refuses.
 @overload
 def evaluate_loss(
     model: torch.nn.Module,
-    task: _Task,
+    task: LanguageTask | RetrievalTask | RecallTask,
     length: int,
     *,
     sequences: int,
@@ -274,7 +278,7 @@ def evaluate_loss(
 @overload
 def evaluate_loss(
     model: torch.nn.Module,
-    task: _Task,
+    task: LanguageTask | RetrievalTask | RecallTask,
     length: int,
     *,
     sequences: int,
@@ -288,7 +292,7 @@ def evaluate_loss(
 @overload
 def evaluate_loss(
     model: torch.nn.Module,
-    task: _Task,
+    task: LanguageTask | RetrievalTask | RecallTask,
     length: int,
     *,
     sequences: int,
