@@ -226,10 +226,7 @@ def _check_public_surface(app, env):
 PENDING_DOCSTRING_FIXES = (
     # prose after a numpydoc section is read as part of it: it needs a "Notes" header
     ("entry posenc.Kerple", "py:class reference target not found: FlexAttention"),
-    # RST mark-up
-    ("docstring of posenc.fire.FIRE", "Title underline too short"),
     # references to names that are not public, or not documented
-    ("", "py:func reference target not found: failures"),
     ("", "py:attr reference target not found: vocab"),
     ("", "py:data reference target not found: SETTINGS"),
     ("", "py:func reference target not found: recall"),
