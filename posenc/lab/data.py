@@ -218,7 +218,7 @@ class PasskeyTask:
     """Retrieve the one value token hidden among fillers (see module doc).
 
     Token ids: fillers ``0 .. fillers-1``, values ``fillers .. fillers+values-1``,
-    the query marker ``fillers + values``; :attr:`vocab` is their count.
+    the query marker ``fillers + values``; ``vocab`` is their count.
 
     Parameters
     ----------

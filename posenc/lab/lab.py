@@ -212,7 +212,7 @@ class LabConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LabConfig:
-        """The config of a stored run.  Fields of :data:`LEGACY_FIELDS` (settings of
+        """The config of a stored run.  Fields of ``LEGACY_FIELDS`` (settings of
         experiments since removed) are dropped; any other unknown field is an error."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known - set(LEGACY_FIELDS))

@@ -30,7 +30,7 @@ Samplers, all fresh draws from a :class:`torch.Generator`:
   is scored.
 
 The experiments score the argmax over the value tokens at every scored query:
-chance is ``1 / values``.  :func:`recall` scores each model in view (each
+chance is ``1 / values``.  ``recall()`` scores each model in view (each
 query round apart) and by band at every context, and the same model with its
 attention limited to its last ``L`` keys (the *window-of-L control*: recall
 of a key more than ``L`` back beyond what that control reaches needs the
@@ -166,9 +166,9 @@ def recall(lab: Lab) -> list[Row]:
 
 
 def recall_answers(lab: Lab) -> list[Row]:
-    """The distance of every answer :func:`recall` scores by band: one row per context and
+    """The distance of every answer ``recall()`` scores by band: one row per context and
     band, ``distances`` (query position minus key position, in the order of the ``hits``
-    of :func:`recall`'s rows).  Needs no model."""
+    of the rows of ``recall()``).  Needs no model."""
     return [
         {"factor": f, "band": label, "lo": lo, "hi": hi, "distances": d.flatten().tolist()}
         for (f, label), (lo, hi, *_, d) in _band_inputs(lab).items()
@@ -235,7 +235,7 @@ def learned_threshold(task: RecallTask) -> float:
 
 
 def learned_seeds(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
-    """How many seeds of each scheme learned the recall task, from :func:`recall` rows.
+    """How many seeds of each scheme learned the recall task, from ``recall()`` rows.
 
     Parameters
     ----------

@@ -302,7 +302,7 @@ PER_ANSWER = ("answers", "correct", "hits", "distances", "criterion_step")
 
 def _group_key(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The fields that name an observation: every non-float field and every setting
-    (:data:`SETTINGS`), except ``seed`` and the fields of ``PER_ANSWER``."""
+    (``SETTINGS``), except ``seed`` and the fields of ``PER_ANSWER``."""
     return tuple(
         (k, v)
         for k, v in row.items()
@@ -317,7 +317,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Rows averaged over seeds, with a 95% t-interval for every measurement.
 
     Rows that agree on every field naming an observation (every field that is
-    not a float, and the float settings of :data:`SETTINGS`; ``seed`` and the
+    not a float, and the float settings of ``SETTINGS``; ``seed`` and the
     per-answer fields of ``PER_ANSWER`` aside) form one group.
 
     Parameters
