@@ -29,12 +29,13 @@ from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
-from .propositions import PROPOSITIONS, check, failures, frozen_hash, t_interval
 from .recall import learned_seeds
 from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
+from .stats import t_interval
 from .sweeps import unseen_angle_pairs, yarn_split
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
+from .verdicts import PROPOSITIONS, check, failures, frozen_hash
 
 __all__ = [
     "DESCRIPTIONS",
