@@ -45,6 +45,12 @@ and the kernel reads ``table[h, |q_pos - k_pos|]``.  The table covers the
 distances of the call and has a static size, a power of two of at least 256
 (a new size compiles a new graph); it is used only while the largest distance
 is below ``q_len + k_len``, so it never grows with the position values.
+Inductor's C++ reads a table one vector lane at a time, so the read costs the
+same per score whatever the vector width, while ``log1p`` costs less per
+score the more lanes a vector has: with 16-lane (AVX-512) vectors the log form
+evaluates ``log1p`` per score, which measured faster than its table read
+(:data:`LOG_TABLE_MAX_VECTOR_BITS`); the power form's ``pow`` stays costlier
+and reads its table on every instruction set.
 Otherwise (positions far apart, distances up to ``2**32``), on a GPU, in the
 eager path and wherever values cannot be read (tracing, meta tensors,
 functorch transforms) or gradients are recorded, the formula is evaluated
@@ -62,6 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import _compile
 from ._checks import check_choice, check_float_dtype, check_int
 from ._runtime import has_values
 from ._types import Device, ScoreMod
@@ -82,6 +89,11 @@ PAPER_EPS = 0.01
 # entries: each new size compiles a new graph, so sizes must be few, and a symbolic
 # size breaks PyTorch 2.13's CPU kernel (.ci/upstream/flex_cpu_symbolic_table.py).
 TABLE_MIN_SIZE = 256
+
+# The log form reads its table only where Inductor's CPU vectors are at most this wide: with
+# 8-lane (AVX2) vectors the table made it 1.29x -> 1.16x ALiBi's fused path, with 16-lane
+# (AVX-512) ones log1p per score measured 1.15-1.18x against the table's 1.22-1.26x.
+LOG_TABLE_MAX_VECTOR_BITS = 256
 
 
 def table_size(n: int) -> int:
@@ -189,8 +201,8 @@ class Kerple(PositionalScheme):
     Queries must have ``num_heads`` heads; keys may have fewer (grouped-query
     attention).  :meth:`score_mod` is the whole scheme: FlexAttention
     (``backend="flex"``, or ``"auto"`` on long inputs) adds the bias score by
-    score and builds no O(q_len * k_len) tensor (on a CPU it reads the bias from
-    a table of one entry per head and distance of the call); the eager path
+    score and builds no O(q_len * k_len) tensor (on a CPU it may read the bias
+    from a table of one entry per head and distance of the call); the eager path
     evaluates the formula into a dense ``(1, num_heads, q_len, k_len)`` bias
     (``(batch, ...)`` for per-sample positions).  Both compute in float32, or
     float64 for float64 inputs.
@@ -322,14 +334,19 @@ class Kerple(PositionalScheme):
             return -r1 * torch.log1p(r2 * distance)
         return -r1 * distance.pow(r2)
 
+    def _table_pays(self) -> bool:
+        """Whether the fused CPU kernel reads this form's bias from a table (see the module doc)."""
+        return self.kind == "power" or _compile._cpu_vector_width() <= LOG_TABLE_MAX_VECTOR_BITS
+
     def score_mod(self, ctx: CallContext) -> ScoreMod:
         """``score + b_h(q_pos, k_pos)``: FlexAttention's form, and the eager bias by default.
 
         Inside the fused kernel on a CPU the returned function reads
         ``b_h`` from a table over the call's distances (computed here, by the
         formula, with a static power-of-two size), while the largest distance
-        is below ``q_len + k_len``; on index grids (the dense bias) and
-        otherwise it evaluates the formula.
+        is below ``q_len + k_len``: always for the power form, for the log form
+        where vectors have at most :data:`LOG_TABLE_MAX_VECTOR_BITS` bits.  On
+        index grids (the dense bias) and otherwise it evaluates the formula.
         """
         if ctx.heads != self.num_heads:
             raise ValueError(
@@ -341,7 +358,7 @@ class Kerple(PositionalScheme):
         r2 = self.r2.to(device=ctx.device, dtype=work)
         table, last = None, 0
         plan = kernel_tables(ctx, self.raw_r1, self.raw_r2)
-        if plan is not None and plan.distances is not None:
+        if plan is not None and plan.distances is not None and self._table_pays():
             # the bias of every head at distances 0 .. size - 1, by the formula's own operations
             distance = torch.arange(plan.distances, device=ctx.device).to(work)
             table = static_table(self._kernel(distance, r1[:, None], r2[:, None]))

@@ -268,3 +268,18 @@ def test_flex_matches_float64_loop_without_a_dense_bias(kind, monkeypatch):
     bias = reference_bias(kind, [0.5, 1.0, 2.0], [0.3, 1.0, 1.7], range(2, 7), range(7))
     want = reference_attention(q[0], k[0], v[0], bias, causal=False, q_offset=2)
     torch.testing.assert_close(out[0].double(), want, rtol=0, atol=2e-6)
+
+
+@pytest.mark.skipif(not posenc.flex_available("cpu"), reason="FlexAttention cannot compile here")
+@pytest.mark.parametrize("table_bits", [-1, 1 << 16], ids=["log1p-per-score", "table"])
+def test_log_form_fused_path_matches_eager_with_and_without_its_table(table_bits, monkeypatch):
+    # the vector width picks one of the log form's two CPU paths; force each in turn
+    monkeypatch.setattr(posenc.kerple, "LOG_TABLE_MAX_VECTOR_BITS", table_bits)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, HEADS, 40, 32, generator=g) for _ in range(3))
+    scheme = posenc.Kerple(HEADS, "log", r1=[0.5, 1.0, 2.0], r2=[0.3, 1.0, 1.7])
+    assert scheme._table_pays() == (table_bits > 0)  # -1: no vector width is at most -1 bits
+    with torch.no_grad():
+        got = posenc.attention(q, k, v, encoding=scheme, causal=True, backend="flex")
+        want = posenc.attention(q, k, v, encoding=scheme, causal=True, backend="eager")
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
