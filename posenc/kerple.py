@@ -49,7 +49,7 @@ Inductor's C++ reads a table one vector lane at a time, so the read costs the
 same per score whatever the vector width, while ``log1p`` costs less per
 score the more lanes a vector has: with 16-lane (AVX-512) vectors the log form
 evaluates ``log1p`` per score, which measured faster than its table read
-(:data:`LOG_TABLE_MAX_VECTOR_BITS`); the power form's ``pow`` stays costlier
+(``LOG_TABLE_MAX_VECTOR_BITS``); the power form's ``pow`` stays costlier
 and reads its table on every instruction set.
 Otherwise (positions far apart, distances up to ``2**32``), on a GPU, in the
 eager path and wherever values cannot be read (tracing, meta tensors,
@@ -345,7 +345,7 @@ class Kerple(PositionalScheme):
         ``b_h`` from a table over the call's distances (computed here, by the
         formula, with a static power-of-two size), while the largest distance
         is below ``q_len + k_len``: always for the power form, for the log form
-        where vectors have at most :data:`LOG_TABLE_MAX_VECTOR_BITS` bits.  On
+        where vectors have at most ``LOG_TABLE_MAX_VECTOR_BITS`` bits.  On
         index grids (the dense bias) and otherwise it evaluates the formula.
         """
         if ctx.heads != self.num_heads:
