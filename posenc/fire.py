@@ -112,6 +112,8 @@ class FIRE(PositionalScheme):
     init_L
         Buffer: the fixed scale of ``L``.
 
+    Notes
+    -----
     Calling :func:`posenc.attention` with ``encoding=fire`` adds ``b_h(i, j)``
     to the scaled scores; :meth:`bias_from_positions` returns the bias alone,
     ``(num_heads, q_len, k_len)`` (``(batch, num_heads, q_len, k_len)`` for

@@ -198,6 +198,8 @@ class Kerple(PositionalScheme):
         The learnable ``(num_heads,)`` parameters; :attr:`r1` and :attr:`r2`
         are the positive values they map to (see the module docstring).
 
+    Notes
+    -----
     Queries must have ``num_heads`` heads; keys may have fewer (grouped-query
     attention).  :meth:`score_mod` is the whole scheme: FlexAttention
     (``backend="flex"``, or ``"auto"`` on long inputs) adds the bias score by
