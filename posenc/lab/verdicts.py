@@ -34,8 +34,10 @@ def frozen_hash() -> str:
     return _frozen.frozen_hash()
 
 
+# The propositions are typed Any here: their class lives in the frozen module, whose
+# docstrings cannot be completed, so the reference does not document it.
 def check(
-    results: Mapping[str, Any], propositions: Iterable[_frozen.Proposition] = PROPOSITIONS
+    results: Mapping[str, Any], propositions: Iterable[Any] = PROPOSITIONS
 ) -> list[dict[str, Any]]:
     """One verdict per proposition for ``results`` (a :func:`run_all` output or its ``results``).
 
@@ -51,7 +53,9 @@ def check(
         A :func:`run_all` output (as :func:`load_results` reads it), or its
         ``results``: ``{experiment: [row, ...]}``.
     propositions
-        The propositions to decide, in order (default: all of :data:`PROPOSITIONS`).
+        The propositions to decide, in order: items of :data:`PROPOSITIONS` (frozen
+        records with ``name``, ``claim``, ``statistic``, ``threshold``, ``stated``,
+        ``kind``, ``margin`` and ``experiments``); default all of them.
 
     Returns
     -------
