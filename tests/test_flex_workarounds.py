@@ -24,7 +24,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 # ALiBi through backend="flex" against the eager path at lengths = 8 (mod 16), where
-# the AVX2 kernel reads past a block's tail; PAD says whether posenc pads head_dim 16.
+# the AVX2 kernel reads past a block's tail; PAD says whether posenc pads small heads.
+# The wrong rows come from memory the kernel should not read, so they change from run
+# to run and are sometimes right (once all three of a single draw at head_dim 16): with
+# HEAD_DIMS, seven lengths and three draws each, a run that is right by chance is
+# unlikely (in a probe, 28 of the 42 calls were wrong).
 ERRORS = """
 import json, sys, warnings
 import torch, posenc
@@ -34,14 +38,19 @@ if not {pad}:
     flex.CPU_MIN_HEAD_DIM = 0  # the workaround switched off
 torch.manual_seed(0)
 errors = []
-for n in (24, 40, 56):
-    q, k, v = (torch.randn(1, 4, n, {head_dim}) for _ in range(3))
-    with torch.no_grad():
-        got = posenc.attention(q, k, v, encoding=posenc.ALiBi(4), causal=True, backend="flex")
-        want = posenc.attention(q, k, v, encoding=posenc.ALiBi(4), causal=True, backend="eager")
-    errors.append((got - want).abs().nan_to_num(float("inf")).max().item())
+for head_dim in {head_dims}:
+    for n in (24, 40, 56, 72, 88, 104, 120):
+        for _ in range(3):
+            q, k, v = (torch.randn(1, 4, n, head_dim) for _ in range(3))
+            with torch.no_grad():
+                got = posenc.attention(q, k, v, encoding=posenc.ALiBi(4), causal=True,
+                                       backend="flex")
+                want = posenc.attention(q, k, v, encoding=posenc.ALiBi(4), causal=True,
+                                        backend="eager")
+            errors.append((got - want).abs().nan_to_num(float("inf")).max().item())
 print(json.dumps({{"isa": torch.backends.cpu.get_cpu_capability(), "errors": errors}}))
 """
+HEAD_DIMS = (8, 16)
 
 
 def _run(code: str, tmp_path, isa: str | None, cache: str = "cache") -> dict:
@@ -62,11 +71,11 @@ def _avx2_machine() -> bool:
 
 @pytest.mark.skipif(not _avx2_machine(), reason="needs an x86-64 CPU with AVX2")
 def test_padding_small_heads_is_what_keeps_the_avx2_kernel_right(tmp_path):
-    unpadded = _run(ERRORS.format(pad=False, head_dim=16), tmp_path, "avx2", "off")
+    unpadded = _run(ERRORS.format(pad=False, head_dims=HEAD_DIMS), tmp_path, "avx2", "off")
     assert unpadded["isa"] == "AVX2"
     if max(unpadded["errors"]) <= 1e-5:
-        pytest.skip("PyTorch's AVX2 kernel is right at head_dim 16 now: the padding can go")
-    padded = _run(ERRORS.format(pad=True, head_dim=16), tmp_path, "avx2", "on")
+        pytest.skip("PyTorch's AVX2 kernel is right at head_dim 8 and 16 now: the padding can go")
+    padded = _run(ERRORS.format(pad=True, head_dims=HEAD_DIMS), tmp_path, "avx2", "on")
     assert max(padded["errors"]) <= 1e-5, padded
 
 
@@ -75,7 +84,7 @@ def test_padding_small_heads_is_what_keeps_the_avx2_kernel_right(tmp_path):
 )
 def test_a_graph_cached_under_avx2_is_not_reused_under_avx512(tmp_path):
     # one cache directory, two processes: the second must not load the first's C++ loops
-    code = ERRORS.format(pad=True, head_dim=32)  # head_dim 32: no padding involved
+    code = ERRORS.format(pad=True, head_dims=(32,))  # head_dim 32: no padding involved
     first = _run(code, tmp_path, "avx2")
     second = _run(code, tmp_path, None)
     assert (first["isa"], second["isa"]) == ("AVX2", "AVX512")
