@@ -41,6 +41,9 @@ CONFIG = dataclasses.replace(
 )
 
 
+#: What a figure needs besides the rows (as the CLI passes it).
+EXTRA = {"passkey": {"sequences": CONFIG.passkey_sequences}}
+
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest
 
 
@@ -64,7 +67,7 @@ def test_figure_draws_its_experiment_alone(results, name, seeds):
     # the CLI draws FIGURES[name] for the experiments it ran: the figure needs only its own rows
     rows = [r for r in results[name] if r["seed"] in seeds]
     assert rows
-    fig = plots.FIGURES[name]({name: rows})
+    fig = plots.FIGURES[name]({name: rows}, **EXTRA.get(name, {}))
     try:
         assert isinstance(fig, Figure)
         assert _drawn(fig) >= 1
@@ -177,3 +180,38 @@ def test_needle_grid_cells_are_the_mean_over_the_seeds_that_learned(results):
         assert drawn == {True, False} or len(schemes) == 1
     finally:
         plt.close(fig)
+
+
+def test_passkey_pools_every_answer_with_a_clopper_pearson_interval(results):
+    """Each point is the accuracy of every answer of every seed, its bar the exact binomial
+    interval of those answers (golden values from SciPy's beta quantiles)."""
+    beta = pytest.importorskip("scipy.stats").beta
+    rows = results["passkey"]
+    n = CONFIG.passkey_sequences
+    long_len = max(r["length"] for r in rows)
+    fig = plots.passkey(results, n)
+    try:
+        ax = next(a for a in fig.axes if a.get_title() == "alibi")
+        line = ax.containers[0]  # the plain model's curve with its error bars
+        xs, ys = line.lines[0].get_data()
+        segments = line.lines[2][0].get_segments()
+        for x, y, seg in zip(xs, ys, segments, strict=True):
+            accs = [r["accuracy"] for r in rows
+                    if (r["scheme"], r["length"], r["hi"]) == ("alibi", long_len, x)]  # fmt: skip
+            k, total = round(sum(accs) * n), n * len(accs)
+            lo = beta.ppf(0.025, k, total - k + 1) if k > 0 else 0.0
+            hi = beta.ppf(0.975, k + 1, total - k) if k < total else 1.0
+            assert y == pytest.approx(k / total, abs=1e-12)
+            assert [p[1] for p in seg] == pytest.approx([lo, hi], abs=1e-9)
+            assert 0 <= lo < hi <= 1
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("sequences", [9, 25])  # CONFIG.passkey_sequences is 8
+def test_passkey_refuses_an_answer_count_the_rows_do_not_fit(results, sequences):
+    # 8 answers make accuracies in steps of 1/8; pooling them as 9 or 25 answers would be
+    # silently wrong, so the figure refuses and names the parameter
+    rows = [dict(r, accuracy=0.375) for r in results["passkey"]]
+    with pytest.raises(ValueError, match=f"sequences={sequences}"):
+        plots.passkey({"passkey": rows}, sequences)

@@ -2,11 +2,16 @@
 
 Each function takes the ``results`` mapping of :func:`posenc.lab.run_all`
 (``output["results"]``, one row per seed) and returns a
-:class:`matplotlib.figure.Figure` that shows the mean over seeds with its 95%
-t-interval (:func:`posenc.lab.summarize`) as a band or error bar.
+:class:`matplotlib.figure.Figure`.  A loss is shown as the mean over seeds with
+its 95% t-interval (:func:`posenc.lab.summarize`) as a band or error bar; an
+accuracy as every seed, or as the answers of every seed pooled with a
+Clopper-Pearson interval (:func:`passkey`, which also takes the answer count).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from .run import summarize
 
@@ -150,10 +155,35 @@ def early_tokens(results):
     return fig
 
 
-def passkey(results):
-    """One panel per scheme (the curves sit on top of each other in a single panel)."""
+def _answers(rows, sequences):
+    """``(correct, answers)`` pooled over ``rows``, each an accuracy over ``sequences``
+    answers; refuses a count that does not make every accuracy a whole number of answers
+    (the rows store the accuracy to 4 decimals, which pins the count down for up to
+    5,000 answers)."""
+    correct = 0
+    for r in rows:
+        k = r["accuracy"] * sequences
+        if abs(k - round(k)) > 0.5e-4 * sequences + 1e-9:  # 4 decimals' rounding
+            raise ValueError(
+                f"sequences={sequences} does not fit the stored accuracy {r['accuracy']} "
+                f"(seed {r.get('seed')}): pass the run's config.passkey_sequences"
+            )
+        correct += round(k)
+    return correct, sequences * len(rows)
+
+
+def passkey(results, sequences):
+    """One panel per scheme (the curves sit on top of each other in a single panel).
+
+    ``sequences`` is the run's ``config.passkey_sequences``: the answers behind
+    each stored accuracy.  A curve is the accuracy of every answer of every seed
+    with its 95% Clopper-Pearson interval (the answers' uncertainty, given the
+    trained models); dots are the seeds, which show how much the models differ.
+    """
+    from .stats import clopper_pearson
+
     plt = _plt()
-    rows = summarize(results["passkey"])
+    rows = results["passkey"]
     long_len = max(r["length"] for r in rows)
     train_len = min(r["length"] for r in rows)
     base = [s for s in dict.fromkeys(r["scheme"] for r in rows) if ":" not in s]
@@ -169,13 +199,19 @@ def passkey(results):
             {r["scheme"] for r in rows if r["scheme"].startswith(scheme + ":")}
         )
         for name in names:
-            rs = _pick(rows, scheme=name, length=long_len)
-            ax.errorbar(
-                [r["hi"] for r in rs], [r["accuracy"] for r in rs],
-                yerr=[[r["accuracy"] - r["accuracy_lo"] for r in rs],
-                      [r["accuracy_hi"] - r["accuracy"] for r in rs]],
+            his = sorted({r["hi"] for r in _pick(rows, scheme=name, length=long_len)})
+            pooled = [_answers(_pick(rows, scheme=name, length=long_len, hi=hi), sequences)
+                      for hi in his]  # fmt: skip
+            acc = [k / n for k, n in pooled]
+            cp = [clopper_pearson(k, n) for k, n in pooled]
+            line = ax.errorbar(
+                his, acc, yerr=[[a - lo for a, (lo, _) in zip(acc, cp, strict=True)],
+                                [hi - a for a, (_, hi) in zip(acc, cp, strict=True)]],
                 marker="o", ms=3, capsize=2, label=name.split(":")[-1] if ":" in name else "plain",
             )  # fmt: skip
+            seeds = _pick(rows, scheme=name, length=long_len)
+            ax.scatter([r["hi"] for r in seeds], [r["accuracy"] for r in seeds], s=5,
+                       color=line.lines[0].get_color(), alpha=0.4, lw=0)  # fmt: skip
         ax.axvline(train_len, color="k", ls=":")
         ax.axhline(1 / 8, color="gray", ls="--")
         ax.set_xscale("log", base=2)
@@ -189,9 +225,10 @@ def passkey(results):
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy")
     fig.suptitle(
-        f"Passkey retrieval in inputs of {long_len} (dotted: L; dashed: chance; "
-        f"{_seeds(results['passkey'])} seeds, 95% t-interval)",
-        fontsize=11,
+        f"Passkey retrieval in inputs of {long_len}, {_seeds(rows)} seeds of {sequences} "
+        "answers\n(lines: all answers, 95% Clopper-Pearson; dots: seeds; dotted: L; "
+        "dashed: chance)",
+        fontsize=10,
     )
     fig.tight_layout()
     return fig
@@ -585,7 +622,8 @@ def needle_grid(results):
     return fig
 
 
-FIGURES = {
+#: Experiment name -> figure function: ``f(results)``; ``passkey`` also takes ``sequences``.
+FIGURES: dict[str, Callable[..., Any]] = {
     "training": training,
     "extrapolation": extrapolation,
     "rope_scaling": rope_scaling,
