@@ -268,13 +268,16 @@ def test_compare_is_statistical_and_catches_drift(smoke_run):
 
 
 def test_stored_discovery_results_belong_to_the_current_preset():
-    """The discovery set of the full preset: seeds 0-4, the current preset's config (with
-    the schemes it holds), every experiment of the preset."""
+    """The discovery set of the full preset: seeds 0-4, the current preset's config, every
+    scheme (the five added after the first runs included) and the second RoPE budget."""
     from posenc.lab.experiments import PRESET_EXPERIMENTS
 
     stored = load_results("full")
     schemes = tuple(stored["config"]["schemes"])
-    assert set(schemes) <= set(PRESETS["full"].schemes)
+    assert set(schemes) == set(PRESETS["full"].schemes)
+    for name in ("training", "extrapolation", "early_tokens", "passkey", "positions", "sliding"):
+        assert {r["scheme"].split(":")[0] for r in stored["results"][name]} == set(schemes), name
+    assert "rope_budget" in stored["results"]
     assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(
         PRESETS["full"], seed=0, schemes=schemes
     )
