@@ -163,6 +163,35 @@ def test_merge_joins_parts_and_refuses_overlaps(tmp_path):
         lab.merge(both, json.loads((tmp_path / "a.json").read_text()))
 
 
+def test_merge_keeps_the_rows_two_scheme_parts_share_once():
+    """recall_answers (a seed's band inputs, no scheme) is in every part that ran the seed:
+    parts split by scheme merge into the unsplit run, and parts that disagree are refused."""
+    stored = lab.load_results("smoke")
+    names = ("recall", "recall_answers")
+    schemes = sorted({r["scheme"].split(":")[0] for r in stored["results"]["recall"]})
+    assert len(schemes) >= 2 and all("scheme" not in r for r in stored["results"]["recall_answers"])
+
+    def part(keep):
+        rows = {n: [r for r in stored["results"][n] if "scheme" not in r
+                    or r["scheme"].split(":")[0] in keep] for n in names}  # fmt: skip
+        return {"config": stored["config"], "seeds": stored["seeds"], "results": rows}
+
+    a, b = part(schemes[:1]), part(schemes[1:])
+    merged = lab.merge(a, b)
+    assert merged["results"]["recall_answers"] == stored["results"]["recall_answers"]
+
+    def key(r):
+        return r["seed"], r["scheme"], r["factor"], r.get("band"), r.get("attention")
+
+    got, want = (sorted(o["results"]["recall"], key=key) for o in (merged, stored))
+    assert got == want
+    b["results"]["recall_answers"][0] = dict(b["results"]["recall_answers"][0], distances=[1])
+    with pytest.raises(
+        ValueError, match="must agree on the rows they share: experiment recall_answers"
+    ):
+        lab.merge(a, b)
+
+
 def test_compare_prints_its_verdict_without_matplotlib(tmp_path):
     out = _cli(
         "--preset", "smoke", "--experiments", "early_tokens", "--out", str(tmp_path),

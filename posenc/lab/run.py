@@ -246,7 +246,10 @@ def merge(*outputs: Mapping[str, Any]) -> Output:
     scheme of any part, in order of appearance).  Rows are concatenated per
     experiment and sorted by seed (stable: each part's order within a seed);
     seeds are the union, sorted.  The same seed, experiment and scheme in two
-    parts is an error (``ValueError``), and so is no part at all.
+    parts is an error (``ValueError``), and so is no part at all.  Rows with
+    no ``scheme`` (``recall_answers``: a seed's band inputs, the same for every
+    scheme) may come from several parts that ran the seed: they are kept once,
+    and parts whose rows for that experiment and seed differ are an error.
 
     Parameters
     ----------
@@ -272,16 +275,36 @@ def merge(*outputs: Mapping[str, Any]) -> Output:
         config[key] = list(dict.fromkeys(s for o in outputs for s in o["config"].get(key) or []))
     results: dict[str, list[Row]] = {}
     seen: dict[tuple[str, Any, str], int] = {}  # (experiment, seed, scheme) -> part
+    shared: dict[tuple[str, Any], list[Row]] = {}  # (experiment, seed) -> rows with no scheme
     for i, o in enumerate(outputs):
         for name, rows in o["results"].items():
+            # rows with no scheme (recall_answers: the band inputs of a seed) are the same in
+            # every part that ran the seed: kept once, and an error if two parts disagree
+            own: dict[Any, list[Row]] = {}
             for r in rows:
-                owner = (name, r.get("seed"), r.get("scheme", "").split(":")[0])
+                if "scheme" not in r:
+                    own.setdefault(r.get("seed"), []).append(r)
+            for seed, mine in own.items():
+                first = shared.setdefault((name, seed), mine)
+                if first is not mine and first != mine:
+                    raise ValueError(
+                        f"outputs must agree on the rows they share: experiment {name}, "
+                        f"seed {seed} differs between parts (run with other settings?)"
+                    )
+            kept = []
+            for r in rows:
+                if "scheme" not in r:
+                    if shared[name, r.get("seed")] is own[r.get("seed")]:
+                        kept.append(r)
+                    continue
+                owner = (name, r.get("seed"), r["scheme"].split(":")[0])
                 if seen.setdefault(owner, i) != i:
                     raise ValueError(
                         f"outputs must not overlap: experiment {name}, seed {owner[1]}, "
                         f"scheme {owner[2] or '-'} is in parts {seen[owner]} and {i}"
                     )
-            results.setdefault(name, []).extend(rows)
+                kept.append(r)
+            results.setdefault(name, []).extend(kept)
     for name in results:
         results[name].sort(key=lambda r: r.get("seed", 0))
     seeds = sorted({s for o in outputs for s in o["seeds"]})
