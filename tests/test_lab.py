@@ -313,6 +313,33 @@ def test_stored_confirmation_results_of_the_full_preset():
             assert 0 <= v["lo"] < v["hi"] <= 1, v["name"]
 
 
+def test_stored_confirmation_results_of_the_recall_preset():
+    """The recall confirmation seeds stored so far: the frozen recall preset (9,000 steps,
+    warmup 150), every recall experiment, rows by band with the window-of-L control, and
+    a verdict for every stated recall proposition about the schemes they train."""
+    from posenc.lab.experiments import PRESET_EXPERIMENTS
+
+    stored = load_results("recall", split="confirmation")
+    schemes = tuple(stored["config"]["schemes"])
+    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(
+        PRESETS["recall"], seed=5, schemes=schemes
+    )
+    assert set(stored["seeds"]) <= set(range(5, 15)) and len(stored["seeds"]) >= 5
+    assert set(stored["results"]) == set(PRESET_EXPERIMENTS["recall"])
+    for name, rows in stored["results"].items():
+        assert {r["seed"] for r in rows} == set(stored["seeds"]), name
+    banded = [r for r in stored["results"]["recall"] if r["factor"] > 0]
+    assert {r["attention"] for r in banded} == {"full", "window"}
+    assert min(r["answers"] for r in banded) >= PRESETS["recall"].recall_band_answers
+    verdicts = {v["name"]: v for v in lab.check(stored)}
+    for p in lab.PROPOSITIONS:
+        if p.stated and p.preset == "recall" and p.name.split("-")[1].split(":")[0] in schemes:
+            assert verdicts[p.name]["verdict"] != "no rows", p.name
+    for v in verdicts.values():
+        if v["verdict"] != "no rows":
+            assert 0 <= v["lo"] < v["hi"] <= 1, v["name"]
+
+
 def test_the_discovery_recall_results_are_the_older_measure():
     """The recall discovery runs (seeds 0-4) scored pairs 18 to 54 tokens back, 3000 steps
     (RoPE, xPos, Kerple also 9000): a measure the band propositions do not read."""
