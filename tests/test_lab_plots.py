@@ -119,6 +119,21 @@ def test_recall_titles_count_the_seeds_that_learned(results):
         plt.close(fig)
 
 
+def test_recall_titles_count_each_schemes_own_seeds(results):
+    # a results file merged from parts may hold other seeds for other schemes
+    one = min(r["scheme"] for r in results["recall"])
+    drop = max(r["seed"] for r in results["recall"])
+    rows = [r for r in results["recall"]
+            if not (r["scheme"].split(":")[0] == one and r["seed"] == drop)]  # fmt: skip
+    fig = plots.recall({"recall": rows})
+    try:
+        title = next(ax.get_title() for ax in fig.axes if ax.get_title().startswith(one + " ("))
+        got, total = learned_seeds(rows)[one]
+        assert title == f"{one} ({got} of {total} seeds learned)" and total == 1
+    finally:
+        plt.close(fig)
+
+
 def test_recall_fills_exactly_the_points_of_seeds_that_learned(results):
     """Circles (full attention) are filled where the model learned; crosses (the window
     control) are one per window row."""

@@ -511,8 +511,9 @@ def recall(results):
                         color="C0" if attention == "full" else "C3", lw=2)  # fmt: skip
         ax.axhline(raw[0]["chance"], color="gray", ls="--", lw=1)
         ax.set_xticks(range(len(slots)), slots, rotation=60, fontsize=7)
-        got = sum(learned.get((base, s), False) for s in seeds)
-        ax.set(title=f"{name} ({got} of {len(seeds)} seeds learned)", ylim=(-0.05, 1.05),
+        own = [s for b, s in learned if b == base]  # parts run apart may hold other seeds
+        got = sum(learned[base, s] for s in own)
+        ax.set(title=f"{name} ({got} of {len(own)} seeds learned)", ylim=(-0.05, 1.05),
                yticks=[0, 0.5, 1])  # fmt: skip
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy")
@@ -521,7 +522,7 @@ def recall(results):
         "learned; crosses: attention limited to the last L keys; bars: medians; dashed: chance)",
         fontsize=10,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
     return fig
 
 
