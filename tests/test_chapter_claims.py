@@ -144,3 +144,23 @@ def test_a_constant_condition_is_found(source):
 )
 def test_a_measured_condition_is_not_flagged(source):
     assert not constant_checks(source)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_markdown_tables_in_outputs_are_rendered_as_tables(path):
+    """A code cell whose stored output is a Markdown table (a Claims table, a results table)
+    needs ``mystnb.markdown_format: myst``: MyST-NB renders Markdown outputs as CommonMark
+    otherwise, which has no tables, and the page shows the pipes as one paragraph."""
+    flat = []
+    for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        text = "".join(
+            "".join(o["data"]["text/markdown"])
+            for o in cell.get("outputs", [])
+            if "text/markdown" in o.get("data", {})
+        )
+        fmt = cell["metadata"].get("mystnb", {}).get("markdown_format")
+        if "\n|---" in text.replace(" ", "") and fmt != "myst":
+            flat.append(index)
+    assert flat == [], f"cells {flat} of {path.name} need mystnb.markdown_format: myst"
