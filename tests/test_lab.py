@@ -139,6 +139,8 @@ def test_config_and_run_all_refuse_bad_input():
     with pytest.raises(ValueError, match="jobs"):
         run_all(PRESETS["smoke"], ["early_tokens"], jobs=0)
     assert LabConfig.from_dict(PRESETS["full"].to_dict()) == PRESETS["full"]
+    # the warmup ablation changes the warmup and nothing else
+    assert PRESETS["recall-warmup"] == dataclasses.replace(PRESETS["recall"], recall_warmup=450)
     legacy = dict(PRESETS["full"].to_dict(), recall_long_steps=9000, recall_long_schemes=["rope"])
     assert LabConfig.from_dict(legacy) == PRESETS["full"]  # settings of a removed experiment
     with pytest.raises(ValueError, match="config must hold LabConfig fields only, got bogus"):

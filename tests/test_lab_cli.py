@@ -40,6 +40,8 @@ def test_help_lists_every_experiment():
         (["--experiments", "bogus"], "experiments must be names from"),
         (["--check", "/nonexistent-dir"], "directory must hold lab results"),
         (["--device", "tpu"], "--device must be 'cpu' or 'cuda'"),
+        # an ablation states nothing, so a check of it would pass on nothing
+        (["--preset", "recall-warmup", "--check"], "--check needs a preset the propositions"),
     ],
 )
 def test_bad_input_names_the_parameter(args, message):

@@ -223,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed is not None and len(args.seed) != 1:
         p.error(f"--seed must be one seed (use --seeds for several), got {args.seed}")
     if args.check is not None:
+        judged = sorted({p.preset for p in PROPOSITIONS} | {"smoke"})
+        if args.preset not in judged:  # nothing is stated about it: a check would pass on nothing
+            p.error(f"--check needs a preset the propositions are about ({', '.join(judged)}), "
+                    f"got {args.preset!r}: read its verdicts with posenc.lab.check")
         try:
             results = load_results(args.preset, args.check, args.split)
         except ValueError as err:

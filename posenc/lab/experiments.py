@@ -370,5 +370,6 @@ RECALL_EXPERIMENTS = tuple(_recall.EXPERIMENTS)
 PRESET_EXPERIMENTS = {
     "full": tuple(n for n in EXPERIMENTS if n not in RECALL_EXPERIMENTS),
     "recall": RECALL_EXPERIMENTS,
+    "recall-warmup": RECALL_EXPERIMENTS,
     "smoke": tuple(EXPERIMENTS),
 }
