@@ -316,9 +316,10 @@ def test_stored_confirmation_results_of_the_full_preset():
 
 
 def test_stored_confirmation_results_of_the_recall_preset():
-    """The recall confirmation seeds stored so far: the frozen recall preset (9,000 steps,
-    warmup 150), every recall experiment, rows by band with the window-of-L control, and
-    a verdict for every stated recall proposition about the schemes they train."""
+    """The recall confirmation seeds: the frozen recall preset (9,000 steps, warmup 150),
+    every recall experiment, seeds 5-9 of every registered scheme and 5-14 of the eight
+    with stated recall claims (the plan in posenc.lab.propositions), rows by band with the
+    window-of-L control, and a verdict for every stated recall proposition."""
     from posenc.lab.experiments import PRESET_EXPERIMENTS
 
     stored = load_results("recall", split="confirmation")
@@ -326,10 +327,18 @@ def test_stored_confirmation_results_of_the_recall_preset():
     assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(
         PRESETS["recall"], seed=5, schemes=schemes
     )
-    assert set(stored["seeds"]) <= set(range(5, 15)) and len(stored["seeds"]) >= 5
+    assert stored["seeds"] == list(range(5, 15))
     assert set(stored["results"]) == set(PRESET_EXPERIMENTS["recall"])
     for name, rows in stored["results"].items():
         assert {r["seed"] for r in rows} == set(stored["seeds"]), name
+    seeds_of: dict[str, set[int]] = {}
+    for r in stored["results"]["recall"]:
+        seeds_of.setdefault(r["scheme"].split(":")[0], set()).add(r["seed"])
+    stated = {p.name.split("-")[1].split(":")[0] for p in lab.PROPOSITIONS
+              if p.stated and p.preset == "recall"}  # fmt: skip
+    assert len(stated) == 8 and set(seeds_of) == set(PRESETS["recall"].schemes)
+    for scheme, seeds in seeds_of.items():
+        assert seeds == set(range(5, 15 if scheme in stated else 10)), scheme
     banded = [r for r in stored["results"]["recall"] if r["factor"] > 0]
     assert {r["attention"] for r in banded} == {"full", "window"}
     assert min(r["answers"] for r in banded) >= PRESETS["recall"].recall_band_answers
@@ -340,6 +349,21 @@ def test_stored_confirmation_results_of_the_recall_preset():
     for v in verdicts.values():
         if v["verdict"] != "no rows":
             assert 0 <= v["lo"] < v["hi"] <= 1, v["name"]
+
+
+def test_stored_warmup_ablation_pairs_with_the_confirmation_models():
+    """recall-warmup.json: RoPE and xPos on seeds 5-10 with the 450-step warmup and
+    otherwise the frozen recall preset, so each model has a twin of the same seed (same
+    initialisation and data) in the recall confirmation set."""
+    stored = load_results("recall-warmup")
+    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(
+        PRESETS["recall-warmup"], seed=5, schemes=("rope", "xpos")
+    )
+    assert stored["seeds"] == list(range(5, 11))
+    twins = {(r["scheme"], r["seed"]): r for r in
+             load_results("recall", split="confirmation")["results"]["recall"] if r["factor"] == 0}
+    mine = [r for r in stored["results"]["recall"] if r["factor"] == 0]
+    assert len(mine) == 12 and all((r["scheme"], r["seed"]) in twins for r in mine)
 
 
 def test_the_discovery_recall_results_are_the_older_measure():

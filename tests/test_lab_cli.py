@@ -73,6 +73,20 @@ def test_check_on_the_confirmation_set_names_the_claims_that_did_not_replicate()
     assert "1 of 30 stated propositions do not hold as stated" in out.stdout
 
 
+def test_check_of_the_recall_confirmation_names_the_rotary_claims_that_failed():
+    """Recall, seeds 5-14 with the frozen 150-step warmup: RoPE learned on no seed and xPos
+    on one, so the stated claims that they learn, and that RoPE scaled at test time (and
+    xPos) recall keys L to 2L back at 8L, fail; every other stated recall claim holds."""
+    out = _cli("--preset", "recall", "--check", "--split", "confirmation")
+    bad = sorted(line.split()[2].rstrip(":") for line in out.stdout.splitlines()
+                 if line.startswith("NOT HOLDING"))  # fmt: skip
+    assert out.returncode == 1 and bad == [
+        "learns-rope", "learns-xpos", "reach-rope:llama3-L-2L-at-8L", "reach-rope:ntk-L-2L-at-8L",
+        "reach-rope:yarn-L-2L-at-8L", "reach-xpos-L-2L-at-8L",
+    ], out.stdout  # fmt: skip
+    assert "6 of 25 stated propositions do not hold as stated" in out.stdout
+
+
 def test_check_exits_non_zero_when_a_stated_proposition_fails(tmp_path):
     stored = lab.load_results("full")
     for r in stored["results"]["extrapolation"]:  # make ALiBi's loss at 16L climb

@@ -12,7 +12,9 @@ Command line: ``python -m posenc.lab --help``.  Stored results, read with
 :func:`load_results`: ``posenc/lab/results/{full,recall,smoke}.json`` (the
 discovery set, seeds 0-4, which chose the chapter's claims) and
 ``posenc/lab/results/{full,recall}-confirmation.json`` (seeds 5 and up, run
-after the claims were frozen in :mod:`posenc.lab.propositions`).
+after the claims were frozen in :mod:`posenc.lab.propositions`), and
+``posenc/lab/results/recall-warmup.json`` (an ablation: RoPE and xPos on seeds
+5-10 with a longer warmup, paired with their confirmation models).
 
 Importing this package needs only PyTorch; progress bars (``tqdm``) and
 plots (``matplotlib``) are imported when used.
@@ -81,8 +83,9 @@ __all__ = [
     "yarn_split",
 ]
 
-#: Where the stored results ship in the package: ``<preset>.json`` and, for the full and
-#: recall presets, ``<preset>-confirmation.json`` (:func:`results_path`).
+#: Where the stored results ship in the package: ``<preset>.json`` (the recall-warmup
+#: ablation's seeds are 5-10) and, for the full and recall presets,
+#: ``<preset>-confirmation.json`` (:func:`results_path`).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: The two sets of seeds a preset's results come in: ``"discovery"`` (seeds 0-4, which
