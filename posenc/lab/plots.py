@@ -618,7 +618,7 @@ def needle_grid(results):
         ax.set_ylabel("needle depth (of the context)")
     which = "the seeds that learned the task" if learned else f"{_seeds(raw)} seeds"
     fig.suptitle(f"Needle recall by depth and length (mean over {which})", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title
     fig.colorbar(image, ax=axes.ravel().tolist(), label="accuracy", shrink=0.8)
     return fig
 
