@@ -360,8 +360,11 @@ def test_stored_warmup_ablation_pairs_with_the_confirmation_models():
         PRESETS["recall-warmup"], seed=5, schemes=("rope", "xpos")
     )
     assert stored["seeds"] == list(range(5, 11))
-    twins = {(r["scheme"], r["seed"]): r for r in
-             load_results("recall", split="confirmation")["results"]["recall"] if r["factor"] == 0}
+    twins = {
+        (r["scheme"], r["seed"]): r
+        for r in load_results("recall", split="confirmation")["results"]["recall"]
+        if r["factor"] == 0
+    }
     mine = [r for r in stored["results"]["recall"] if r["factor"] == 0]
     assert len(mine) == 12 and all((r["scheme"], r["seed"]) in twins for r in mine)
 

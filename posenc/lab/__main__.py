@@ -225,8 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check is not None:
         judged = sorted({p.preset for p in PROPOSITIONS} | {"smoke"})
         if args.preset not in judged:  # nothing is stated about it: a check would pass on nothing
-            p.error(f"--check needs a preset the propositions are about ({', '.join(judged)}), "
-                    f"got {args.preset!r}: read its verdicts with posenc.lab.check")
+            p.error(
+                f"--check needs a preset the propositions are about ({', '.join(judged)}), "
+                f"got {args.preset!r}: read its verdicts with posenc.lab.check"
+            )
         try:
             results = load_results(args.preset, args.check, args.split)
         except ValueError as err:
