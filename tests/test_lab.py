@@ -421,3 +421,49 @@ def test_importing_posenc_lab_needs_neither_tqdm_nor_matplotlib():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout.split() == [str(len(posenc.SCHEMES))], out.stderr
+
+
+# ------------------------------------------------------------------ what the chapter states
+
+
+@pytest.mark.parametrize("preset", ["full", "recall"])
+def test_the_withdrawn_claims_are_exactly_those_the_confirmation_set_failed(preset):
+    """posenc.lab.replication can neither hide a failure nor drop a claim that replicated."""
+    stored = load_results(preset, split="confirmation")
+    verdicts = lab.check(stored, lab.propositions_for(preset))
+    assert set(lab.WITHDRAWN[preset]) == {v["name"] for v in lab.failures(verdicts)}
+
+
+def test_a_withdrawal_only_removes_a_stated_claim_of_its_preset():
+    assert set(lab.WITHDRAWN) == {"full", "recall", "recall-warmup"}
+    for preset, names in lab.WITHDRAWN.items():
+        stated = {p.name for p in lab.propositions_for(preset) if p.stated is not None}
+        assert set(names) <= stated, preset
+
+
+def test_the_second_freeze_restates_the_first_with_verdicts_set_by_the_ablation():
+    """Every RoPE and xPos recall proposition of the first freeze, unchanged but for its
+    preset and stated verdict: holds where 6 of the ablation's 6 seeds passed, fails where
+    none did, nothing stated otherwise."""
+    first = {p.name: p for p in lab.PROPOSITIONS}
+    restated = lab.propositions_for("recall-warmup")
+    assert {p.name for p in restated} == {
+        name for name, p in first.items()
+        if p.preset == "recall" and name.split("-")[1].split(":")[0] in ("rope", "xpos")
+    }  # fmt: skip
+    for p in restated:
+        assert p.preset == "recall-warmup"
+        same = dataclasses.replace(first[p.name], stated=p.stated)
+        assert all(getattr(same, f.name) == getattr(p, f.name) for f in dataclasses.fields(p))
+    for v in lab.check(load_results("recall-warmup"), restated):
+        assert v["seeds"] == 6, v["name"]
+        assert v["stated"] == {6: "holds", 0: "fails"}.get(v["k"]), v["name"]
+    assert lab.frozen_hash("recall-warmup") == (
+        "de1a4a3f44d2126abfbf1de2774eaa4cecef83ac4282cd34ad4089e9c9ca2674"
+    )
+
+
+@pytest.mark.parametrize("call", [lab.frozen_hash, lab.propositions_for])
+def test_a_preset_without_propositions_is_refused_by_name(call):
+    with pytest.raises(ValueError, match="preset must be one the propositions are about.*'smoke'"):
+        call("smoke")

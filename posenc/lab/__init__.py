@@ -14,7 +14,11 @@ discovery set, seeds 0-4, which chose the chapter's claims) and
 ``posenc/lab/results/{full,recall}-confirmation.json`` (seeds 5 and up, run
 after the claims were frozen in :mod:`posenc.lab.propositions`), and
 ``posenc/lab/results/recall-warmup.json`` (an ablation: RoPE and xPos on seeds
-5-10 with a longer warmup, paired with their confirmation models).
+5-10 with a longer warmup, paired with their confirmation models, which chose
+the claims of the second freeze, :mod:`posenc.lab.warmup_propositions`) and
+``posenc/lab/results/recall-warmup-confirmation.json`` (seeds 15-24, run after
+it).  :data:`WITHDRAWN` names the stated claims that a confirmation set did not
+replicate.
 
 Importing this package needs only PyTorch; progress bars (``tqdm``) and
 plots (``matplotlib``) are imported when used.
@@ -32,12 +36,13 @@ from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .recall import learned_seeds
+from .replication import WITHDRAWN
 from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
 from .stats import t_interval
 from .sweeps import unseen_angle_pairs, yarn_split
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, train
-from .verdicts import PROPOSITIONS, check, failures, frozen_hash
+from .verdicts import PROPOSITIONS, check, failures, frozen_hash, propositions_for
 
 __all__ = [
     "DESCRIPTIONS",
@@ -50,6 +55,7 @@ __all__ = [
     "ROPE_METHODS",
     "SCHEMES",
     "TOLERANCE",
+    "WITHDRAWN",
     "CopyVocabSource",
     "Lab",
     "LabConfig",
@@ -72,6 +78,7 @@ __all__ = [
     "merge",
     "parse_seeds",
     "peak_memory_mb",
+    "propositions_for",
     "results_path",
     "rope_scaling_for",
     "run_all",
@@ -84,13 +91,15 @@ __all__ = [
 ]
 
 #: Where the stored results ship in the package: ``<preset>.json`` (the recall-warmup
-#: ablation's seeds are 5-10) and, for the full and recall presets,
+#: ablation's seeds are 5-10) and, for the full, recall and recall-warmup presets,
 #: ``<preset>-confirmation.json`` (:func:`results_path`).
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: The two sets of seeds a preset's results come in: ``"discovery"`` (seeds 0-4, which
-#: chose the chapter's claims) and ``"confirmation"`` (seeds 5 and up, run after the
-#: claims were frozen in :mod:`posenc.lab.propositions`).
+#: chose the chapter's claims; for recall-warmup the ablation's seeds 5-10, which chose
+#: the second freeze's) and ``"confirmation"`` (seeds run after the claims were frozen:
+#: 5-14 in :mod:`posenc.lab.propositions`, 15-24 in
+#: :mod:`posenc.lab.warmup_propositions`).
 SPLITS = ("discovery", "confirmation")
 
 

@@ -1,10 +1,13 @@
-"""The documented entry points to the frozen propositions of posenc/lab/propositions.py.
+"""The documented entry points to the frozen propositions.
 
-That file stays byte-for-byte as it was frozen (commit c9ea503): its SHA-256 is what
-the confirmation runs were registered under, and the length-extrapolation chapter
-checks it, so not even a docstring may change there.  Its propositions and rules are
-used as they are; this module gives them their full documentation and examples, and
-is what ``posenc.lab`` exports.
+Two files froze the chapter's claims, each before the seeds that test it were run:
+posenc/lab/propositions.py (commit c9ea503: presets ``full`` and ``recall``) and
+posenc/lab/warmup_propositions.py (commit 5988eee: ``recall-warmup``).  Both stay
+byte-for-byte as they were frozen: their SHA-256 is what the confirmation runs were
+registered under, and the length-extrapolation chapter checks it, so not even a
+docstring may change there.  Their propositions and rules are used as they are;
+this module gives them their full documentation and examples, and is what
+``posenc.lab`` exports.
 """
 
 from __future__ import annotations
@@ -13,25 +16,77 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import propositions as _frozen
+from . import warmup_propositions as _warmup
 
-__all__ = ["PROPOSITIONS", "check", "failures", "frozen_hash"]
+__all__ = ["PROPOSITIONS", "check", "failures", "frozen_hash", "propositions_for"]
 
-#: Every proposition of the chapter, frozen before the confirmation runs, in the order
-#: :func:`check` reports them: the full preset's (language modelling, passkey, sweeps),
-#: then the recall preset's (``learns-*``, ``reach-*``).
+# preset -> the frozen module that states its propositions
+_FREEZES = {"full": _frozen, "recall": _frozen, "recall-warmup": _warmup}
+
+#: Every proposition of the first freeze (posenc/lab/propositions.py), frozen before the
+#: confirmation runs, in the order :func:`check` reports them: the full preset's
+#: (language modelling, passkey, sweeps), then the recall preset's (``learns-*``,
+#: ``reach-*``).  :func:`propositions_for` gives those of one preset, either freeze.
 PROPOSITIONS: tuple[_frozen.Proposition, ...] = _frozen.PROPOSITIONS
 
 
-def frozen_hash() -> str:
-    """SHA-256 of posenc/lab/propositions.py, the file that froze the chapter's claims.
+def _freeze(preset: str) -> Any:
+    if preset not in _FREEZES:
+        raise ValueError(
+            f"preset must be one the propositions are about ({', '.join(_FREEZES)}), got {preset!r}"
+        )
+    return _FREEZES[preset]
 
-    It holds every proposition, its threshold, its stated verdict and the rules.
+
+def frozen_hash(preset: str = "full") -> str:
+    """SHA-256 of the file that froze the claims about ``preset``.
+
+    That file holds each proposition, its threshold, its stated verdict and the
+    rules: posenc/lab/propositions.py for ``"full"`` and ``"recall"``,
+    posenc/lab/warmup_propositions.py for ``"recall-warmup"``.
+
+    Parameters
+    ----------
+    preset
+        A preset the propositions are about: ``"full"``, ``"recall"`` or
+        ``"recall-warmup"``.
 
     Returns
     -------
     The hex digest of the file's bytes (64 characters).
+
+    Examples
+    --------
+    >>> from posenc.lab import frozen_hash
+    >>> frozen_hash()[:12], frozen_hash("recall-warmup")[:12]
+    ('61fc5a26025e', 'de1a4a3f44d2')
     """
-    return _frozen.frozen_hash()
+    return str(_freeze(preset).frozen_hash())
+
+
+def propositions_for(preset: str) -> tuple[Any, ...]:
+    """The frozen propositions about ``preset``, in the order :func:`check` reports them.
+
+    Parameters
+    ----------
+    preset
+        ``"full"`` (language modelling, passkey, sweeps) or ``"recall"`` (``learns-*``,
+        ``reach-*``), both from the first freeze; or ``"recall-warmup"``, the second
+        freeze's RoPE and xPos recall propositions restated for a 450-step warmup.
+
+    Returns
+    -------
+    The propositions (frozen records, as in :data:`PROPOSITIONS`) whose ``preset`` is
+    ``preset``.
+
+    Examples
+    --------
+    >>> from posenc.lab import propositions_for
+    >>> warmup = propositions_for("recall-warmup")
+    >>> len(warmup), sum(p.stated is not None for p in warmup)
+    (16, 12)
+    """
+    return tuple(p for p in _freeze(preset).PROPOSITIONS if p.preset == preset)
 
 
 # The propositions are typed Any here: their class lives in the frozen module, whose
