@@ -426,7 +426,7 @@ def test_importing_posenc_lab_needs_neither_tqdm_nor_matplotlib():
 # ------------------------------------------------------------------ what the chapter states
 
 
-@pytest.mark.parametrize("preset", ["full", "recall"])
+@pytest.mark.parametrize("preset", ["full", "recall", "recall-warmup"])
 def test_the_withdrawn_claims_are_exactly_those_the_confirmation_set_failed(preset):
     """posenc.lab.replication can neither hide a failure nor drop a claim that replicated."""
     stored = load_results(preset, split="confirmation")
@@ -461,6 +461,24 @@ def test_the_second_freeze_restates_the_first_with_verdicts_set_by_the_ablation(
     assert lab.frozen_hash("recall-warmup") == (
         "de1a4a3f44d2126abfbf1de2774eaa4cecef83ac4282cd34ad4089e9c9ca2674"
     )
+
+
+def test_stored_confirmation_of_the_second_freeze_is_the_ablation_on_new_seeds():
+    """recall-warmup-confirmation.json: the ablation's settings and schemes on seeds 15-24,
+    which no recall run before it used."""
+    stored = load_results("recall-warmup", split="confirmation")
+    ablation = load_results("recall-warmup")
+    assert stored["config"] == {**ablation["config"], "seed": 15}
+    assert stored["seeds"] == list(range(15, 25))
+    earlier = {
+        s
+        for preset, split in (("recall", "discovery"), ("recall", "confirmation"),
+                              ("recall-warmup", "discovery"))
+        for s in load_results(preset, split=split)["seeds"]
+    }  # fmt: skip
+    assert not earlier & set(stored["seeds"])
+    models = {(r["scheme"], r["seed"]) for r in stored["results"]["recall"] if r["factor"] == 0}
+    assert models == {(s, seed) for s in ("rope", "xpos") for seed in range(15, 25)}
 
 
 @pytest.mark.parametrize("call", [lab.frozen_hash, lab.propositions_for])

@@ -99,6 +99,15 @@ def test_check_of_the_warmup_ablation_reads_the_second_freeze_and_says_it_chose_
     assert out.returncode == 0 and "(12 stated, 0 withdrawn" in out.stdout, out.stdout
 
 
+def test_check_of_the_second_freeze_on_its_confirmation_seeds():
+    """Seeds 15-24, run after warmup_propositions.py was committed: every one of its 12
+    stated claims replicates."""
+    out = _cli("--preset", "recall-warmup", "--check", "--split", "confirmation")
+    assert "seeds [15, 16, 17, 18, 19, 20, 21, 22, 23, 24]" in out.stdout
+    assert "discovery seeds" not in out.stdout and _named(out, "NOT HOLDING") == []
+    assert out.returncode == 0 and "(12 stated, 0 withdrawn" in out.stdout, out.stdout
+
+
 def test_a_withdrawn_claim_does_not_hide_a_stated_one_that_fails(tmp_path):
     """Turning one replicated recall claim (ALiBi recalls L to 2L back at 2L) to fail on
     every confirmation seed fails the check, beside the six withdrawn ones."""
