@@ -219,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help="print the verdicts of the propositions for DIR's results of --preset and --split "
         "(DIR defaults to the stored results) and exit: 1 if a proposition the chapter states "
+        "(a frozen one, less those withdrawn after the confirmation runs, which it lists) "
         "does not have its stated verdict, or has no rows",
     )
     p.add_argument(
