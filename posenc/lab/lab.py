@@ -265,10 +265,11 @@ PRESETS = {
     # an ablation of the recall preset, not a test of its claims: the warmup of the
     # discovery runs' 9,000-step models (450 steps, steps // 20) instead of 150, for RoPE
     # and xPos on seeds 5-10, so that each model pairs with the same seed's (same
-    # initialisation and data) in recall-confirmation.json.  posenc.lab.propositions
-    # states nothing about it.  Rule fixed before the run: the warmup decides whether
-    # they learn when, over both schemes' pairs, the seeds that learn with 450 and not
-    # with 150 outnumber the reverse by an exact two-sided sign test at 5%
+    # initialisation and data) in recall-confirmation.json.  Rule fixed before the run:
+    # the warmup decides whether they learn when, over both schemes' pairs, the seeds
+    # that learn with 450 and not with 150 outnumber the reverse by an exact two-sided
+    # sign test at 5%.  Those seeds then chose the verdicts of a second freeze
+    # (posenc.lab.warmup_propositions), confirmed on seeds 15-24
     "recall-warmup": dataclasses.replace(_FULL, recall_warmup=450),
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(
