@@ -113,8 +113,8 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
           "reported, propositions of one preset), name, interval")  # fmt: skip
     print(format_verdicts(verdicts))
     if smoke:
-        print(f"(the chapter states its propositions for the full and recall presets, not "
-              f"{preset!r}: the smoke preset tests the plumbing)")  # fmt: skip
+        print(f"(the chapter states its propositions for the full, recall and recall-warmup "
+              f"presets, not {preset!r}: the smoke preset tests the plumbing)")  # fmt: skip
         return 0
     # what the chapter states: the frozen stated claims, less those its confirmation
     # seeds did not replicate (posenc.lab.replication)
