@@ -47,6 +47,11 @@ def test_bad_input_names_the_parameter(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+def _named(out, prefix):
+    return sorted(line[len(prefix):].split()[0].rstrip(":") for line in out.stdout.splitlines()
+                  if line.startswith(prefix))  # fmt: skip
+
+
 def test_check_on_the_discovery_set_names_what_five_seeds_cannot_decide():
     """Seeds 0-4 chose the claims; on them every stated language-model claim holds as
     stated except the two rate claims, which five seeds cannot decide (5 of 5 seeds gives
@@ -54,15 +59,10 @@ def test_check_on_the_discovery_set_names_what_five_seeds_cannot_decide():
     out = _cli("--check")
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"sha256 {lab.frozen_hash()}" in out.stdout
-    bad = sorted(line.split()[2].rstrip(":") for line in out.stdout.splitlines()
-                 if line.startswith("NOT HOLDING"))  # fmt: skip
-    assert bad == ["alibi-retrieves-far", "rope-cannot-retrieve-far"], out.stdout
+    assert _named(out, "NOT HOLDING") == ["alibi-retrieves-far", "rope-cannot-retrieve-far"], (
+        out.stdout
+    )
     assert "5 of 5 seeds [0.48, 1.00]" in out.stdout
-
-
-def _named(out, prefix):
-    return sorted(line[len(prefix):].split()[0].rstrip(":") for line in out.stdout.splitlines()
-                  if line.startswith(prefix))  # fmt: skip
 
 
 def test_check_on_the_confirmation_set_withdraws_the_claim_that_did_not_replicate():
