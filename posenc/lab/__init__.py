@@ -4,13 +4,15 @@ A tiny decoder-only transformer (:class:`TinyDecoder`) whose positional
 scheme is any scheme of :mod:`posenc`, trained on synthetic data with a known
 answer (:class:`CopyVocabSource`, whose per-token entropy is exact;
 :class:`PasskeyTask`, retrieval from a chosen distance; :class:`RecallTask`,
-multi-query associative recall with the answer more than ``L`` back), and experiments that
+multi-query associative recall, trained with every pair within the training length
+``L`` and evaluated in distance bands that reach beyond it), and experiments that
 each return a tidy table (:mod:`posenc.lab.experiments`; settings and trained models
 in :mod:`posenc.lab.lab`, runs over seeds in :mod:`posenc.lab.run`).
 
 Command line: ``python -m posenc.lab --help``.  Stored results, read with
-:func:`load_results`: ``posenc/lab/results/{full,recall,smoke}.json`` (the
-discovery set, seeds 0-4, which chose the chapter's claims) and
+:func:`load_results`: ``posenc/lab/results/{full,recall}.json`` (the discovery
+set, seeds 0-4, which chose the chapter's claims), ``smoke.json`` (seeds 0-2 of
+the ``smoke`` preset, every experiment at toy size, for the tests) and
 ``posenc/lab/results/{full,recall}-confirmation.json`` (seeds 5 and up, run
 after the claims were frozen in :mod:`posenc.lab.propositions`), and
 ``posenc/lab/results/recall-warmup.json`` (an ablation: RoPE and xPos on seeds
@@ -36,7 +38,7 @@ from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .recall import learned_seeds
-from .replication import WITHDRAWN
+from .replication import DECLARED_SEEDS, WITHDRAWN, replication_tally
 from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
 from .stats import t_interval
 from .sweeps import unseen_angle_pairs, yarn_split
@@ -45,6 +47,7 @@ from .train import evaluate_accuracy, evaluate_loss, peak_memory_mb, seed_for, t
 from .verdicts import PROPOSITIONS, check, failures, frozen_hash, propositions_for
 
 __all__ = [
+    "DECLARED_SEEDS",
     "DESCRIPTIONS",
     "EXPERIMENTS",
     "INJECTIONS",
@@ -79,6 +82,7 @@ __all__ = [
     "parse_seeds",
     "peak_memory_mb",
     "propositions_for",
+    "replication_tally",
     "results_path",
     "rope_scaling_for",
     "run_all",

@@ -44,9 +44,10 @@ from . import (
     run_all,
 )  # fmt: skip
 from .experiments import PRESET_EXPERIMENTS
+from .lab import LabConfig
 from .model import check_scheme
 from .propositions import PROPOSITIONS, check, format_verdicts
-from .replication import WITHDRAWN
+from .replication import DECLARED_SEEDS, WITHDRAWN, replication_tally
 from .train import peak_memory_mb
 from .verdicts import _freeze as freeze
 from .verdicts import propositions_for
@@ -94,13 +95,58 @@ def _schemes(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+#: Exit statuses of ``--check`` (argparse's own errors exit 2 as well).
+CHECK_HOLDS = 0  # every claim the chapter states holds, and no frozen stated claim failed
+CHECK_FAILS = 1  # a claim the chapter states does not hold (or has no rows)
+CHECK_REFUSED = 2  # the file is not what --preset and --split say it is
+CHECK_WITHDRAWN = 3  # what the chapter states holds; frozen stated claims failed here
+
+
+def _settings_of(config: dict[str, Any]) -> list[str]:
+    """The presets whose settings the stored ``config`` has (its schemes and seed aside)."""
+    try:
+        stored = LabConfig.from_dict(config)
+    except (TypeError, ValueError):
+        return []
+    return [
+        name
+        for name, preset in PRESETS.items()
+        if dataclasses.replace(
+            stored, schemes=preset.schemes, passkey_schemes=preset.passkey_schemes, seed=preset.seed
+        )
+        == preset
+    ]
+
+
+def _refusal(results: dict[str, Any], preset: str, split: str, path: Path) -> str | None:
+    """Why ``results`` cannot be checked as ``preset``'s ``split``, or ``None``."""
+    config = results.get("config")
+    matches = _settings_of(config) if isinstance(config, dict) else []
+    if matches and preset not in matches:
+        return (f"{path} holds a run of preset {' or '.join(map(repr, matches))} (its config), "
+                f"not of --preset {preset!r}: check it with --preset {matches[0]}")  # fmt: skip
+    declared = DECLARED_SEEDS.get(preset, {}).get(split)
+    seeds = results.get("seeds")
+    if declared is not None and isinstance(seeds, list):
+        alien = sorted(set(seeds) - set(declared))
+        if alien:
+            return (f"{path} holds seeds {alien} that the freeze of preset {preset!r} did not "
+                    f"declare for its {split} set ({declared[0]}-{declared[-1]}): a file saved "
+                    f"under the wrong --split cannot be checked as that split")  # fmt: skip
+    return None
+
+
 def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -> int:
-    """Print the verdicts of ``results`` (read from ``path``); the exit status."""
+    """Print the verdicts of ``results`` (read from ``path``); the exit status (CHECK_*)."""
     rows = results.get("results")
     if not isinstance(rows, dict) or not any(isinstance(v, list) and v for v in rows.values()):
         print(f"{path} holds no result rows: nothing can hold (a run's output has "
               "'results': {experiment: [rows]})")  # fmt: skip
-        return 1
+        return CHECK_FAILS
+    refusal = _refusal(results, preset, split, path)
+    if refusal is not None:
+        print(f"refused: {refusal}")
+        return CHECK_REFUSED
     smoke = preset == "smoke"
     propositions = PROPOSITIONS if smoke else propositions_for(preset)
     verdicts = check(results, propositions)
@@ -115,7 +161,11 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
     if smoke:
         print(f"(the chapter states its propositions for the full, recall and recall-warmup "
               f"presets, not {preset!r}: the smoke preset tests the plumbing)")  # fmt: skip
-        return 0
+        return CHECK_HOLDS
+    # the pre-registered outcome: every frozen stated claim, withdrawn or not
+    tally = replication_tally(verdicts)
+    print(f"replicated: {tally['replicated']} of {tally['stated']} stated claims of the freeze "
+          f"({tally['replicated_holm']} of {tally['stated']} after Holm's correction)")  # fmt: skip
     # what the chapter states: the frozen stated claims, less those its confirmation
     # seeds did not replicate (posenc.lab.replication)
     withdrawn = WITHDRAWN[preset]
@@ -138,13 +188,24 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
         else:
             continue
         failed += 1
-    tally = f"{len(stated)} stated, {len(withdrawn)} withdrawn after the confirmation runs"
+    counts = f"{len(stated)} stated, {len(withdrawn)} withdrawn after the confirmation runs"
     if split == "discovery":
         print("(these are discovery seeds, which chose the stated verdicts: only the "
               "confirmation split tests them)")  # fmt: skip
-    print(f"every proposition the chapter states holds ({tally})" if not failed
-          else f"{failed} stated propositions do not hold as stated ({tally})")  # fmt: skip
-    return 1 if failed else 0
+    if failed:
+        print(f"{failed} stated propositions do not hold as stated ({counts})")
+        if split == "discovery":
+            print("(expected on the stored discovery seeds: five seeds cannot decide a rate, "
+                  "since 5 of 5 gives [0.48, 1], and the recall discovery runs predate the "
+                  "frozen recall measure, so they have no rows for it)")  # fmt: skip
+        return CHECK_FAILS
+    print(f"every proposition the chapter states holds ({counts})")
+    if split == "confirmation" and tally["failed"]:
+        names = ", ".join(tally["failed"])
+        print(f"exit {CHECK_WITHDRAWN}: {len(tally['failed'])} frozen stated claims did not "
+              f"replicate here ({names}); the chapter withdrew them")  # fmt: skip
+        return CHECK_WITHDRAWN
+    return CHECK_HOLDS
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -218,9 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="DIR",
         help="print the verdicts of the propositions for DIR's results of --preset and --split "
-        "(DIR defaults to the stored results) and exit: 1 if a proposition the chapter states "
-        "(a frozen one, less those withdrawn after the confirmation runs, which it lists) "
-        "does not have its stated verdict, or has no rows",
+        "(DIR defaults to the stored results), with the tally of the freeze's stated claims "
+        "that replicated, and exit: 1 if a proposition the chapter states (a frozen one, less "
+        "those withdrawn after the confirmation runs, which it lists) does not have its "
+        "stated verdict, or has no rows; 2 if the file's config or seeds are not --preset's "
+        "and --split's; 3 if what the chapter states holds but a frozen stated claim failed "
+        "on these confirmation seeds; else 0",
     )
     p.add_argument(
         "--merge",

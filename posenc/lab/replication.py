@@ -16,6 +16,11 @@ replicated.  ``python -m posenc.lab --check`` decides what is left.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["DECLARED_SEEDS", "WITHDRAWN", "replication_tally"]
+
 #: The stated claims each preset's confirmation set did not replicate, by preset:
 #: ``{preset: {proposition name: its confirmation verdict and why}}``.  Written after
 #: the confirmation runs; every other stated claim holds there as stated.
@@ -39,3 +44,51 @@ WITHDRAWN: dict[str, dict[str, str]] = {
     },
     "recall-warmup": {},
 }
+
+#: The seeds each freeze declared for its discovery and its confirmation set, by preset
+#: and split: ``{preset: {split: (seed, ...)}}``.  Copied from the frozen files'
+#: docstrings (propositions.py: discovery 0-4, confirmation 5-14 for ``full`` and
+#: ``recall``; warmup_propositions.py: its ablation's seeds 5-10 chose the verdicts,
+#: seeds 15-24 confirm them).  ``--check --split`` refuses results whose seeds are not
+#: among them, so that a file saved under the wrong split cannot pass as the other.
+DECLARED_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
+    "full": {"discovery": tuple(range(5)), "confirmation": tuple(range(5, 15))},
+    "recall": {"discovery": tuple(range(5)), "confirmation": tuple(range(5, 15))},
+    "recall-warmup": {"discovery": tuple(range(5, 11)), "confirmation": tuple(range(15, 25))},
+}
+
+
+def replication_tally(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many frozen stated claims have their stated verdict, raw and after Holm.
+
+    This is the headline of a pre-registered study: it counts every claim the
+    freeze stated, withdrawn or not (:data:`WITHDRAWN` records what the chapter
+    still states; it does not change what replicated).
+
+    Parameters
+    ----------
+    verdicts
+        Verdicts from :func:`posenc.lab.check` on one preset's results.
+
+    Returns
+    -------
+    dict
+        ``stated`` (how many verdicts have a stated one), ``replicated`` (raw verdict
+        equal to the stated one), ``replicated_holm`` (verdict after Holm's correction
+        equal to it) and ``failed`` (the names whose raw verdict differs, in order).
+
+    Examples
+    --------
+    >>> from posenc.lab import check, load_results, propositions_for, replication_tally
+    >>> verdicts = check(load_results("recall", split="confirmation"), propositions_for("recall"))
+    >>> t = replication_tally(verdicts)
+    >>> t["replicated"], t["stated"], len(t["failed"])
+    (19, 25, 6)
+    """
+    stated = [v for v in verdicts if v.get("stated") is not None]
+    return {
+        "stated": len(stated),
+        "replicated": sum(v["verdict"] == v["stated"] for v in stated),
+        "replicated_holm": sum(v.get("verdict_holm") == v["stated"] for v in stated),
+        "failed": [v["name"] for v in stated if v["verdict"] != v["stated"]],
+    }
