@@ -35,6 +35,8 @@ from typing import Any
 
 from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
+from .fflm import FFLM_TOKENS, FlipFlopTask, flip_flop
+from .gains import SESOI_ACCURACY, SESOI_LOSS, recall_gains, wilcoxon_exact
 from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .recall import learned_seeds
@@ -50,16 +52,20 @@ __all__ = [
     "DECLARED_SEEDS",
     "DESCRIPTIONS",
     "EXPERIMENTS",
+    "FFLM_TOKENS",
     "INJECTIONS",
     "PRESETS",
     "PROPOSITIONS",
     "RESULTS_DIR",
     "SPLITS",
     "ROPE_METHODS",
+    "SESOI_ACCURACY",
+    "SESOI_LOSS",
     "SCHEMES",
     "TOLERANCE",
     "WITHDRAWN",
     "CopyVocabSource",
+    "FlipFlopTask",
     "Lab",
     "LabConfig",
     "LanguageTask",
@@ -75,6 +81,7 @@ __all__ = [
     "evaluate_accuracy",
     "evaluate_loss",
     "failures",
+    "flip_flop",
     "frozen_hash",
     "learned_seeds",
     "load_results",
@@ -82,6 +89,7 @@ __all__ = [
     "parse_seeds",
     "peak_memory_mb",
     "propositions_for",
+    "recall_gains",
     "replication_tally",
     "results_path",
     "rope_scaling_for",
@@ -91,6 +99,7 @@ __all__ = [
     "t_interval",
     "train",
     "unseen_angle_pairs",
+    "wilcoxon_exact",
     "yarn_split",
 ]
 

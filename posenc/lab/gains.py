@@ -1,0 +1,230 @@
+"""The recall claims read as continuous effects: each seed's gain over its window control.
+
+The frozen recall propositions (:mod:`posenc.lab.propositions`) turn each seed into a
+pass or a fail: a seed passes when the model recalls a distance band at least 0.25
+better than the same model with its attention limited to its last ``L`` keys. A
+claim "holds" when most seeds pass. That reads a margin as a yes/no answer: a model
+that beats its control on every seed by 0.1 "fails", and one whose seeds sit just
+above and below the margin flips with the noise.
+
+This module reads the same stored rows as the effect they measure:
+
+* the **gain** of a seed is ``accuracy(full) - accuracy(window of L)`` on one band
+  at one context, the statistic the propositions threshold;
+* over seeds, its mean with a 95% Student-t interval and an **exact Wilcoxon
+  signed-rank** test of "no gain" (two-sided; the null distribution enumerates every
+  sign assignment of the ranks, ties averaged and zero gains dropped, as Wilcoxon's
+  test does);
+* the bands can start one token later (``band_start="L+1"``): the window control of
+  ``L`` keys masks a key ``L`` back but still sees its value, one token later, so at
+  distance ``L`` exactly it answers as if the key were in view. Re-scoring drops those
+  answers, using the distance of every stored answer;
+* Holm's correction runs over **one family per preset**: every gain of that preset's
+  results, whatever the freeze stated about it.
+
+:data:`SESOI_ACCURACY` and :data:`SESOI_LOSS` are the smallest effects of interest
+the book applies everywhere: an effect inside ``±`` them is "no practical
+difference" (by TOST), one outside "departs".
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .stats import holm, t_interval, t_test
+
+__all__ = ["SESOI_ACCURACY", "SESOI_LOSS", "moved", "recall_gains", "wilcoxon_exact"]
+
+#: The smallest difference in accuracy (a proportion of answers) the book treats as
+#: real: 0.05, five answers in a hundred.  Defined, not measured.
+SESOI_ACCURACY = 0.05
+#: The smallest difference in loss the book treats as real, in nats per token: the
+#: equivalence margin the first freeze fixed for its TOST claims (propositions.MARGIN).
+SESOI_LOSS = 0.05
+
+
+def wilcoxon_exact(values: Sequence[float]) -> float:
+    """Two-sided exact p-value of Wilcoxon's signed-rank test that ``values`` centre on 0.
+
+    Zeros are dropped; tied absolute values share their average rank, and the null
+    distribution is enumerated over every sign assignment of those ranks (exact under
+    ties too).  With no value left the p-value is 1.
+
+    Parameters
+    ----------
+    values
+        Paired differences, one per seed.
+
+    Returns
+    -------
+    float
+        ``P(|W - E W| >= |w - E W|)`` under the null, ``W`` the sum of positive ranks.
+
+    Examples
+    --------
+    >>> round(wilcoxon_exact([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]), 6)
+    0.001953
+    >>> wilcoxon_exact([0.0, 0.0])
+    1.0
+    """
+    x = [float(v) for v in values if v != 0]
+    n = len(x)
+    if n == 0:
+        return 1.0
+    if n > 20:
+        raise ValueError(f"values must hold at most 20 non-zero differences, got {n}")
+    order = sorted(range(n), key=lambda i: abs(x[i]))
+    ranks = [0.0] * n
+    i = 0
+    while i < n:  # average ranks over runs of tied |x|
+        j = i
+        while j + 1 < n and abs(x[order[j + 1]]) == abs(x[order[i]]):
+            j += 1
+        for t in range(i, j + 1):
+            ranks[order[t]] = (i + j) / 2 + 1
+        i = j + 1
+    centre = sum(ranks) / 2
+    observed = abs(sum(r for r, v in zip(ranks, x, strict=True) if v > 0) - centre)
+    tol = 1e-9 * max(1.0, centre)  # sums of half-integers: compare without roundoff
+    extreme = sum(
+        abs(sum(r for r, s in zip(ranks, signs, strict=True) if s) - centre) >= observed - tol
+        for signs in itertools.product((False, True), repeat=n)
+    )
+    return float(extreme / 2**n)
+
+
+def _answers(results: Mapping[str, Any]) -> dict[tuple[int, int, str], list[int]]:
+    """(seed, factor, band) -> the distance of every scored answer, in stored order."""
+    rows = results.get("recall_answers", [])
+    return {(r["seed"], r["factor"], r["band"]): r["distances"] for r in rows}
+
+
+def _accuracy(row: Mapping[str, Any], distances: list[int] | None, start: int | None) -> float:
+    if start is None or row["lo"] >= start:
+        return float(row["accuracy"])
+    if distances is None or len(distances) != len(row["hits"]):
+        raise ValueError(
+            f"band_start needs each answer's distance: no recall_answers match seed "
+            f"{row['seed']}, factor {row['factor']}, band {row['band']}"
+        )
+    kept = [h == "1" for h, d in zip(row["hits"], distances, strict=True) if d >= start]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def recall_gains(
+    results: Mapping[str, Any],
+    *,
+    band_start: str = "L",
+    family: str | None = None,
+) -> list[dict[str, Any]]:
+    """Per (scheme, band, context): the seeds' gains over the window-of-L control.
+
+    Parameters
+    ----------
+    results
+        A recall run's output (as :func:`posenc.lab.load_results` reads it) or its
+        ``results``; it needs ``recall`` rows with ``attention`` ``"full"`` and
+        ``"window"``, and for ``band_start="L+1"`` the ``recall_answers`` rows.
+    band_start
+        ``"L"``: the bands as stored (``L-2L`` starts at distance ``L``); ``"L+1"``:
+        answers at distance ``L`` exactly are dropped from bands that start there.
+    family
+        The name of the Holm family (default: the config's ``recall_warmup`` and
+        seeds, which tell the presets apart); every gain of ``results`` is in it.
+
+    Returns
+    -------
+    list of dict
+        One per (scheme, band, factor) beyond ``L``, sorted by scheme, factor and
+        band: ``scheme``, ``band``, ``factor``, ``gains`` (one per seed, in seed
+        order), ``seeds``, ``mean``, ``lo``, ``hi`` (95% t), ``p`` (exact Wilcoxon,
+        two-sided), ``p_t`` (the one-sample t-test of the same null, two-sided),
+        ``p_holm`` and ``p_t_holm`` (Holm's correction of each over the family),
+        ``family``, ``above_sesoi`` (the interval's lower end
+        exceeds :data:`SESOI_ACCURACY`) and ``passes`` (seeds whose gain is at least
+        0.25, the frozen rule's per-seed margin).
+
+    Examples
+    --------
+    >>> from posenc.lab import load_results
+    >>> from posenc.lab.gains import recall_gains
+    >>> rows = recall_gains(load_results("recall-warmup", split="confirmation"))
+    >>> cell = ("rope", "L-2L", 8)   # plain RoPE, keys L to 2L back, shown 8L tokens
+    >>> g = next(r for r in rows if (r["scheme"], r["band"], r["factor"]) == cell)
+    >>> g["passes"], g["seeds"], f"{g['mean']:+.3f} [{g['lo']:.3f}, {g['hi']:.3f}]"
+    (0, 10, '+0.105 [0.060, 0.149]')
+    >>> round(g["p"], 5), round(g["p_t"], 6)   # no seed clears 0.25, every seed gains
+    (0.00195, 0.000463)
+    """
+    res = results.get("results", results)
+    config = results.get("config", {}) if "results" in results else {}
+    train_len = int(config.get("train_len", 0)) or None
+    start = None
+    if band_start == "L+1":
+        if train_len is None:
+            raise ValueError("band_start='L+1' needs the results' config (its train_len)")
+        start = train_len + 1
+    elif band_start != "L":
+        raise ValueError(f"band_start must be 'L' or 'L+1', got {band_start!r}")
+    answers = _answers(res) if start is not None else {}
+    cells: dict[tuple[str, str, int], dict[int, dict[str, float]]] = {}
+    for row in res.get("recall", []):
+        if row.get("band") in (None, "<L"):
+            continue
+        key = (row["scheme"], row["band"], row["factor"])
+        distances = answers.get((row["seed"], row["factor"], row["band"]))
+        acc = _accuracy(row, distances, start)
+        cells.setdefault(key, {}).setdefault(row["seed"], {})[row["attention"]] = acc
+    if family is None:
+        family = f"warmup {config.get('recall_warmup')}, seeds {results.get('seeds')}"
+    out: list[dict[str, Any]] = []
+    for scheme, band, factor in sorted(cells, key=lambda c: (c[0], c[2], c[1])):
+        by_seed = cells[(scheme, band, factor)]
+        gains = [
+            s["full"] - s["window"]
+            for _, s in sorted(by_seed.items())
+            if "full" in s and "window" in s and not math.isnan(s["full"] - s["window"])
+        ]
+        if not gains:
+            continue
+        if len(gains) > 1 and max(gains) > min(gains):
+            mean, lo, hi = t_interval(gains, 0.95, exact=True)
+            p_t = min(1.0, 2 * min(t_test(gains, 0.0)))
+        else:  # no spread: no interval, and the t-test is undefined
+            mean, lo, hi, p_t = math.fsum(gains) / len(gains), math.nan, math.nan, math.nan
+        out.append({
+            "scheme": scheme, "band": band, "factor": factor, "gains": gains,
+            "seeds": len(gains), "mean": mean, "lo": lo, "hi": hi,
+            "p": wilcoxon_exact(gains), "p_t": p_t, "family": family,
+            "above_sesoi": bool(lo > SESOI_ACCURACY), "passes": sum(g >= 0.25 for g in gains),
+        })  # fmt: skip
+    wilcoxon_holm = holm(float(r["p"]) for r in out)
+    t_holm = holm(1.0 if math.isnan(r["p_t"]) else float(r["p_t"]) for r in out)
+    for row, w_adj, t_adj in zip(out, wilcoxon_holm, t_holm, strict=True):
+        row["p_holm"], row["p_t_holm"] = w_adj, t_adj
+    return out
+
+
+def moved(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The cells whose count of passing seeds differs between two :func:`recall_gains` readings.
+
+    Parameters
+    ----------
+    before, after
+        Two outputs of :func:`recall_gains`, e.g. with ``band_start="L"`` and ``"L+1"``.
+
+    Returns
+    -------
+    list of str
+        ``"<scheme> <band> at <factor>L: <before> -> <after> seeds pass"`` per cell that moved.
+    """
+    a = {(r["scheme"], r["band"], r["factor"]): r["passes"] for r in before}
+    return [
+        f"{s} {b} at {f}L: {a[(s, b, f)]} -> {r['passes']} seeds pass"
+        for r in after
+        for s, b, f in [(r["scheme"], r["band"], r["factor"])]
+        if (s, b, f) in a and a[(s, b, f)] != r["passes"]
+    ]
