@@ -20,7 +20,8 @@ Shapes and conventions, shared by every scheme
   for the schemes, e.g. for a left-padded batch; they are integers of shape
   ``(len,)`` or ``(batch, len)``, the latter only with 4-D ``q``.  Every
   position lies strictly within ``2**31`` of 0.
-* The relative position is ``key - query`` wherever a scheme needs a sign.
+* The relative position is ``key - query`` wherever a scheme needs a sign, except
+  in Transformer-XL and FIRE, which follow their papers' ``query - key``.
 
 Masks
 -----
@@ -50,6 +51,7 @@ from __future__ import annotations
 import torch
 
 from . import flex
+from . import scheme as _scheme
 from ._types import Positions
 from .context import CallContext, prepare
 from .scheme import PositionalScheme, as_scheme
@@ -248,3 +250,8 @@ def attention_weights(
     q4, k4 = scheme.rotate(q4, k4, ctx)
     w = scheme.weights(q4, k4, ctx)
     return w.reshape(*q.shape[:-2], q.shape[-2], k.shape[-2])
+
+
+# the deprecated posenc.scheme.attention and .attention_weights (until 0.2.0): served from
+# here, so that posenc.scheme need not import this module, which imports it
+_scheme._SERVED.update(attention=attention, attention_weights=attention_weights)

@@ -18,7 +18,8 @@ different way:
 ``yarn``           YaRN (Peng et al., 2024): interpolate frequencies whose
                    wavelength is long, keep those that complete many turns
                    within the original context, ramp linearly in between;
-                   plus an attention temperature ``0.1 ln(factor) + 1``
+                   plus ``sqrt(1/t) = 0.1 ln(factor) + 1`` multiplying both
+                   ``q`` and ``k``, so the logits by its square
 ``llama3``         Llama 3.1, as Meta's reference ``apply_scaling`` defines it
                    (``meta2024llamamodels``): keep wavelengths below
                    ``original / high_freq_factor``, divide those above
@@ -46,8 +47,10 @@ Frequencies are computed in float64.  The formulas and constants follow the
 papers as the model families implement them (Hugging Face transformers'
 ``modeling_rope_utils``: YaRN's integer-rounded correction range, Llama 3.1's
 band edges, LongRoPE's switch at the training length);
-:func:`posenc.hf.rope_scaling_from_transformers` (also
-:meth:`RopeScaling.from_transformers`) reads a transformers configuration.
+:func:`posenc.rope_scaling_from_transformers` (also
+:meth:`RopeScaling.from_transformers`) reads a transformers configuration: it is
+defined here, beside the scalings it builds (table :data:`posenc.ROPE_TYPES`), and
+exported by :mod:`posenc.hf`, which imports this module.
 
 ``dynamic_ntk`` and ``longrope`` depend on the current length
 (:attr:`RopeScaling.depends_on_length`): their frequencies are a function of
@@ -59,7 +62,6 @@ tensor expression.
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -82,7 +84,7 @@ class RopeScaling:
 
     Build one with :meth:`linear`, :meth:`ntk`, :meth:`dynamic_ntk`,
     :meth:`yarn`, :meth:`llama3`, :meth:`longrope`, :meth:`proportional` or
-    :meth:`from_transformers` (defined in :mod:`posenc.hf`), then pass it as ``scaling=`` to
+    :meth:`from_transformers`, then pass it as ``scaling=`` to
     :func:`posenc.apply_rope`, :func:`posenc.rope_frequencies`,
     :func:`posenc.rope_cos_sin` or :class:`posenc.RotaryEmbedding`.  The
     plain constructor ``RopeScaling(kind, factor, ...)`` checks the same
@@ -447,8 +449,9 @@ class RopeScaling:
     ) -> RopeScaling | None:
         """The scaling of a transformers ``rope_parameters`` (or ``rope_scaling``) dict.
 
-        The same as :func:`posenc.rope_scaling_from_transformers`, which lives
-        with the other readers of transformers' configs in :mod:`posenc.hf`.
+        The same as :func:`posenc.rope_scaling_from_transformers` (defined at
+        the end of this module, exported by :mod:`posenc.hf` with the reader of
+        whole RoPE modules, :func:`posenc.rope_from_transformers`).
 
         Parameters
         ----------
@@ -473,14 +476,11 @@ class RopeScaling:
         >>> posenc.RopeScaling.from_transformers({"rope_type": "default"}) is None
         True
         """
-        # posenc.hf imports this module: looked up when called
-        hf = importlib.import_module("posenc.hf")
-        scaling: RopeScaling | None = hf.rope_scaling_from_transformers(
+        return rope_scaling_from_transformers(
             rope_parameters,
             max_position_embeddings=max_position_embeddings,
             original_max_position_embeddings=original_max_position_embeddings,
         )
-        return scaling
 
     # ------------------------------------------------------------------ behaviour
 
@@ -802,3 +802,293 @@ def _brief(values: tuple[float, ...]) -> str:
     if len(values) <= 4:
         return repr(values)
     return f"({values[0]}, {values[1]}, ..., {values[-1]})[{len(values)} values]"
+
+
+# ---------------------------------------------------------------------- transformers
+# The reader of one flat transformers ``rope_parameters`` dict.  It lives here, not in
+# posenc.hf (which re-exports it and reads whole RoPE modules), so that
+# RopeScaling.from_transformers needs no import of a module that imports this one.
+
+# keys every type accepts besides its own: they belong to RoPE, not to the scaling (checked
+# here, used by rope_from_transformers)
+COMMON_KEYS = (
+    "rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section",
+    "mrope_interleaved",
+)  # fmt: skip
+ALIASES = {"su": "longrope"}  # Phi-3's first name for LongRoPE
+
+
+@dataclass(frozen=True)
+class _HFConfig:
+    """The dict being read, and the lengths given next to it."""
+
+    name: str
+    params: Mapping[str, Any]
+    max_position_embeddings: int | None
+    original_max_position_embeddings: int | None
+
+    def required(self, key: str) -> Any:
+        if self.params.get(key) is None:
+            raise ValueError(f"rope_parameters[{key!r}] is required for rope_type {self.name!r}")
+        return self.params[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.params.get(key)
+        return default if value is None else value
+
+    def original(self) -> int:
+        """The training length: in the dict, next to it, or ``max_position_embeddings``."""
+        given = self.params.get("original_max_position_embeddings")
+        outside = self.original_max_position_embeddings
+        if given is not None and outside is not None and given != outside:
+            raise ValueError(
+                f"rope_parameters['original_max_position_embeddings']={given!r} and "
+                f"original_max_position_embeddings={outside!r} disagree"
+            )
+        candidates = (given, outside, self.max_position_embeddings)
+        length = next((v for v in candidates if v is not None), None)
+        if length is None:
+            raise ValueError(
+                f"rope_type {self.name!r} needs the training length: "
+                f"rope_parameters['original_max_position_embeddings'], or the keyword "
+                f"original_max_position_embeddings or max_position_embeddings"
+            )
+        return check_int("original_max_position_embeddings", length, minimum=1)
+
+
+def _read_dynamic(c: _HFConfig) -> RopeScaling:
+    if c.max_position_embeddings is None:
+        raise ValueError(
+            "max_position_embeddings is required for rope_type 'dynamic': transformers "
+            "grows the factor past it"
+        )
+    return RopeScaling.dynamic_ntk(c.required("factor"), c.max_position_embeddings)
+
+
+def _read_yarn(c: _HFConfig) -> RopeScaling:
+    return RopeScaling.yarn(
+        c.required("factor"),
+        c.original(),
+        c.get("beta_fast", 32.0),
+        c.get("beta_slow", 1.0),
+        truncate=c.get("truncate", True),
+        attention_factor=c.get("attention_factor"),
+        mscale=c.get("mscale"),
+        mscale_all_dim=c.get("mscale_all_dim"),
+    )
+
+
+def _read_llama3(c: _HFConfig) -> RopeScaling:
+    return RopeScaling.llama3(
+        c.required("factor"),
+        c.original(),
+        c.required("low_freq_factor"),
+        c.required("high_freq_factor"),
+    )
+
+
+def _read_longrope(c: _HFConfig) -> RopeScaling:
+    short, long = c.required("short_factor"), c.required("long_factor")
+    orig = c.original()
+    factor = c.get("factor")
+    if factor is None:  # Phi-3: factor = max / original positions
+        if c.max_position_embeddings is None:
+            raise ValueError(
+                "rope_type 'longrope' needs rope_parameters['factor'] or "
+                "max_position_embeddings (factor = max_position_embeddings / "
+                "original_max_position_embeddings)"
+            )
+        factor = c.max_position_embeddings / orig
+        if factor < 1.0:
+            raise ValueError(
+                f"max_position_embeddings / original_max_position_embeddings must be >= 1 "
+                f"for longrope, got {c.max_position_embeddings} / {orig}"
+            )
+    return RopeScaling.longrope(
+        short, long, orig, factor, attention_factor=c.get("attention_factor")
+    )
+
+
+def _read_proportional(c: _HFConfig) -> RopeScaling:
+    # transformers reads partial_rotary_factor here as the share of pairs that keep a frequency
+    return RopeScaling.proportional(c.get("partial_rotary_factor", 1.0), c.get("factor", 1.0))
+
+
+@dataclass(frozen=True)
+class RopeType:
+    """One transformers ``rope_type``: the keys it reads and how posenc reproduces it."""
+
+    keys: tuple[str, ...]
+    read: Callable[[_HFConfig], RopeScaling | None]
+
+
+#: transformers' ``rope_type`` -> the keys it reads (modeling_rope_utils, transformers 5.x)
+#: and the reader that builds the scaling.
+ROPE_TYPES: dict[str, RopeType] = {
+    "default": RopeType((), lambda c: None),
+    "linear": RopeType(("factor",), lambda c: RopeScaling.linear(c.required("factor"))),
+    "dynamic": RopeType(("factor",), _read_dynamic),
+    "yarn": RopeType(
+        (
+            "factor",
+            "original_max_position_embeddings",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "truncate",
+        ),
+        _read_yarn,
+    ),  # fmt: skip
+    "llama3": RopeType(
+        ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+        _read_llama3,
+    ),
+    "longrope": RopeType(
+        (
+            "short_factor",
+            "long_factor",
+            "original_max_position_embeddings",
+            "factor",
+            "attention_factor",
+        ),
+        _read_longrope,
+    ),  # fmt: skip
+    "proportional": RopeType(("factor",), _read_proportional),
+}
+
+
+def rope_scaling_from_transformers(
+    rope_parameters: Mapping[str, Any] | None,
+    *,
+    max_position_embeddings: int | None = None,
+    original_max_position_embeddings: int | None = None,
+) -> RopeScaling | None:
+    """Read a Hugging Face transformers ``rope_scaling`` or ``rope_parameters`` dict.
+
+    Returns ``None`` for ``rope_type`` ``"default"`` (or ``None``/``{}``),
+    which means plain RoPE.  The dict's keys are transformers' own:
+    ``rope_type`` (or the older ``type``; ``"su"`` is read as ``"longrope"``),
+    ``factor``, ``original_max_position_embeddings``, ``attention_factor``,
+    ``beta_fast``, ``beta_slow``, ``mscale``, ``mscale_all_dim``, ``truncate``
+    (yarn), ``low_freq_factor``, ``high_freq_factor`` (llama3),
+    ``short_factor``, ``long_factor`` (longrope); ``partial_rotary_factor``
+    and ``factor`` (proportional); see :data:`ROPE_TYPES`.
+
+    ``rope_theta``, ``partial_rotary_factor`` (except for ``proportional``),
+    ``mrope_section`` and ``mrope_interleaved`` are accepted and checked but
+    are not part of the scaling: :func:`rope_from_transformers` reads them
+    too, or pass them to RoPE yourself, as ``base=`` and
+    ``rotary_dim=int(head_dim * partial_rotary_factor)``::
+
+        params = config.rope_parameters        # or config.json's "rope_scaling"
+        scaling = rope_scaling_from_transformers(
+            params, max_position_embeddings=config.max_position_embeddings
+        )
+        rope = posenc.RotaryEmbedding(head_dim, base=params["rope_theta"], scaling=scaling)
+
+    Parameters
+    ----------
+    rope_parameters
+        The dict, or ``None``.
+    max_position_embeddings
+        The config's ``max_position_embeddings``.  Needed by ``dynamic`` (its
+        training length, as transformers uses it), by ``longrope`` without
+        ``factor`` (``factor = max / original``), and as the fallback training
+        length of ``yarn``, ``llama3`` and ``longrope`` when
+        ``original_max_position_embeddings`` is given nowhere.
+    original_max_position_embeddings
+        A training length stored next to the dict rather than in it (Phi-3's
+        ``config.json``).  If the dict has one too, they must agree.
+
+    Returns
+    -------
+    RopeScaling or None
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.rope_scaling_from_transformers({"rope_type": "dynamic", "factor": 2.0},
+    ...                                       max_position_embeddings=4096)
+    RopeScaling.dynamic_ntk(factor=2.0, original_max_positions=4096)
+    >>> posenc.rope_scaling_from_transformers({"type": "linear", "factor": 4.0})  # older key
+    RopeScaling.linear(factor=4.0)
+    """
+    if rope_parameters is None:
+        return None
+    if not isinstance(rope_parameters, Mapping):
+        raise TypeError(
+            f"rope_parameters must be a dict (a transformers rope_scaling or "
+            f"rope_parameters) or None, got {type(rope_parameters).__name__}"
+        )
+    for key, value in rope_parameters.items():
+        if isinstance(value, Mapping):
+            raise ValueError(
+                f"rope_parameters[{key!r}] is itself a dict: per-layer-type RoPE settings "
+                f"(as in Gemma 3) must be read one layer type at a time, e.g. "
+                f"from_transformers(rope_parameters[{key!r}]), or all at once by "
+                f"rope_from_transformers"
+            )
+    params = dict(rope_parameters)
+    rope_type, legacy_type = params.get("rope_type"), params.get("type")
+    if rope_type is not None and legacy_type is not None and rope_type != legacy_type:
+        raise ValueError(
+            f"rope_parameters has rope_type={rope_type!r} and type={legacy_type!r}; "
+            f"they name the same setting and must agree"
+        )
+    name = rope_type if rope_type is not None else legacy_type
+    name = "default" if name is None else name
+    if not isinstance(name, str):
+        raise TypeError(f"rope_parameters['rope_type'] must be a string, got {name!r}")
+    kind = ALIASES.get(name, name)
+    if kind not in ROPE_TYPES:
+        allowed = ", ".join(repr(k) for k in (*ROPE_TYPES, *ALIASES))
+        raise ValueError(
+            f"rope_parameters['rope_type'] must be one of the known types {allowed}, got {name!r}"
+        )
+    allowed_keys = (*COMMON_KEYS, *ROPE_TYPES[kind].keys)
+    for key in params:
+        if key not in allowed_keys:
+            raise ValueError(
+                f"rope_parameters[{key!r}] is not read by rope_type {name!r}, which "
+                f"accepts {', '.join(repr(k) for k in allowed_keys)}"
+            )
+    # checked for the caller's sake, not used: they belong to RoPE, not to the scaling
+    if params.get("rope_theta") is not None:
+        check_float("rope_theta", params["rope_theta"], positive=True)
+    if params.get("partial_rotary_factor") is not None:
+        fraction = check_float("partial_rotary_factor", params["partial_rotary_factor"])
+        may_be_zero = kind == "proportional"  # proportional may rotate nothing
+        if not (0.0 <= fraction <= 1.0) or (fraction == 0.0 and not may_be_zero):
+            interval = "[0, 1]" if may_be_zero else "(0, 1]"
+            raise ValueError(
+                f"partial_rotary_factor must be in {interval} for rope_type {name!r}, "
+                f"got {fraction}"
+            )
+    if params.get("mrope_section") is not None:
+        _mrope_sections(params)
+    if max_position_embeddings is not None:
+        max_position_embeddings = check_int(
+            "max_position_embeddings", max_position_embeddings, minimum=1
+        )
+    config = _HFConfig(name, params, max_position_embeddings, original_max_position_embeddings)
+    return ROPE_TYPES[kind].read(config)
+
+
+def _mrope_sections(params: Mapping[str, Any]) -> tuple[int, ...]:
+    sections = params["mrope_section"]
+    if isinstance(sections, (str, bytes, Mapping)) or not hasattr(sections, "__iter__"):
+        raise TypeError(
+            f"rope_parameters['mrope_section'] must be a list of ints, got {sections!r}"
+        )
+    sections = tuple(sections)
+    for i, v in enumerate(sections):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(
+                f"rope_parameters['mrope_section'][{i}] must be a positive int, got {v!r}"
+            )
+    interleaved = params.get("mrope_interleaved", False)
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"rope_parameters['mrope_interleaved'] must be a bool, got {interleaved!r}")
+    return sections

@@ -42,7 +42,8 @@ Shapes and conventions, shared by every scheme
   attention: query head ``h`` uses key head ``h // (heads // kv_heads)``), and
   ``v`` ``(batch, kv_heads, k_len, d_v)``.
 * Positions (``ctx.q_positions``, ``ctx.k_positions``) are int64, ``(len,)``
-  or ``(batch, len)``.  The relative position is ``key - query``.
+  or ``(batch, len)``.  The relative position is ``key - query``, except in
+  Transformer-XL and FIRE, which follow their papers' ``query - key``.
 * Hooks must not read tensor values on the host (no ``.item()``, ``int()``),
   so that they trace under ``torch.compile`` and ``torch.export``, run under
   ``vmap`` and on meta tensors.
@@ -57,7 +58,6 @@ tests and the book's tables) is declared as class attributes, see
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from . import masks as _masks
 from . import sdpa as _sdpa
 from ._checks import check_build_args, warn_caller
 from ._types import Positions, ScoreMod
@@ -103,6 +104,11 @@ class PositionalScheme(nn.Module):
     * ``float64_buffers``: buffer names that ``module.to(dtype)`` leaves in
       float64 (moved between devices only), so casting a model never rounds
       them (ALiBi's slopes).
+    * ``reads_input``: the scheme needs the attention layer's input (FoX's
+      data-dependent forget gate): it implements ``bind(x) -> PositionalScheme``,
+      ``x`` the layer input ``(batch, length, model_dim)``, returning a scheme
+      that shares its parameters and serves one call; an unbound one refuses
+      to attend.  Instance-level when an option changes it.
 
     Construction for the registry: :meth:`build` and :meth:`examples`.
     """
@@ -114,6 +120,7 @@ class PositionalScheme(nn.Module):
     weights_sum_to_one = True
     output_is_weights_times_v = True
     float64_buffers: tuple[str, ...] = ()
+    reads_input = False
 
     # --- hooks ---------------------------------------------------------------------------
 
@@ -336,8 +343,10 @@ def as_scheme(encoding: object) -> PositionalScheme:
 
 # Names that lived here before issue 20 split this module (contract / attend / sdpa /
 # masks): still reachable as ``posenc.scheme.attention`` for one release, with a warning.
-# Looked up by module name when asked for: attend imports this module, so importing it
-# here would make a cycle.
+# masks and sdpa are imported above; attend imports this module, so it hands its two
+# functions over when it is imported (_SERVED) instead of this module importing it,
+# which would close a circle.
+_SERVED: dict[str, object] = {}
 _MOVED = {
     "attention": "attend",
     "attention_weights": "attend",
@@ -359,7 +368,9 @@ def __getattr__(name: str) -> object:
         f"posenc.{name} (defined in posenc.{home})",
         DeprecationWarning,
     )
-    return getattr(importlib.import_module(f"posenc.{home}"), name)
+    if home == "attend":
+        return _SERVED[name]  # filled by posenc.attend, which ``import posenc`` runs first
+    return getattr({"masks": _masks, "sdpa": _sdpa}[home], name)
 
 
 def _owner(cls: type, name: str) -> type:

@@ -42,8 +42,12 @@ Any fixed shift ``c`` of the positions cancels in the score,
   bfloat16 the scaled queries and keys must also fit the dtype, which depends
   on their size: a factor of 14 000 (position 3 900 in float16) times a key
   of size 5 exceeds float16's 65 504.  :meth:`XPos.rotate` scales in float32,
-  rounds once and raises ``ValueError`` when a value would overflow or
-  become subnormal.
+  rounds once and raises ``ValueError`` when a value would overflow, or when
+  the factors push normal entries to subnormals that cost some score more
+  accuracy than rounding to the dtype does anyway (entries already tiny in the
+  input, or too small to matter in the score, are not refused: see
+  :meth:`XPos.rotate`).  The message names a centre that fits the call when
+  one does (the middle of its positions), and float32 always does.
 
 Conventions are RoPE's (:mod:`posenc.rope`): counter-clockwise rotation,
 ``layout="half"`` pairs features ``(i, i + d/2)`` and ``"interleaved"`` pairs
@@ -64,6 +68,7 @@ from ._runtime import has_values
 from .context import CallContext
 from .rope import RotaryEmbedding
 from .scheme import PositionalScheme
+from .sdpa import repeat_kv
 
 __all__ = ["XPos", "xpos_zeta"]
 
@@ -213,13 +218,18 @@ class XPos(PositionalScheme):
         for ``like.dtype`` raises ``ValueError`` when values are readable and
         gives NaN otherwise.
         """
+        return self._factors(positions, like, keys=keys, centre=self.centre)
+
+    def _factors(
+        self, positions: torch.Tensor, like: torch.Tensor, *, keys: bool, centre: int
+    ) -> torch.Tensor:
         limit = self.position_limit(like.dtype)
         check_position_values("positions", positions)  # p - centre must not wrap around
-        shift = positions.to(torch.int64) - self.centre
+        shift = positions.to(torch.int64) - centre
         if shift.numel() and has_values(shift) and bool((shift.abs() > limit).any()):
-            lo, hi = int(shift.min()) + self.centre, int(shift.max()) + self.centre
+            lo, hi = int(shift.min()) + centre, int(shift.max()) + centre
             raise ValueError(
-                f"positions must lie within {limit} of centre={self.centre} for {like.dtype} "
+                f"positions must lie within {limit} of centre={centre} for {like.dtype} "
                 f"(beyond, the xPos factors zeta**(+-(p - centre)/scale_base) leave the range of "
                 f"normal numbers); got positions from {lo} to {hi}: choose a centre nearer to "
                 f"them, a larger scale_base or a wider dtype"
@@ -235,37 +245,58 @@ class XPos(PositionalScheme):
             return f.repeat_interleave(2, dim=-1)
         return torch.cat((f, f), dim=-1)
 
-    def _scale(self, x: torch.Tensor, positions: torch.Tensor, *, keys: bool) -> torch.Tensor:
-        f = self.factors(positions, x, keys=keys)
+    def _scale(
+        self, x: torch.Tensor, positions: torch.Tensor, *, keys: bool, centre: int | None = None
+    ) -> torch.Tensor:
+        centre = self.centre if centre is None else centre
+        f = self._factors(positions, x, keys=keys, centre=centre)
         if positions.dim() == 2 and x.dim() == 4:  # (batch, len): shared by the heads
             f = f.unsqueeze(1)
         return x.to(f.dtype) * f
 
     def _check_representable(
-        self, name: str, x: torch.Tensor, scaled: torch.Tensor, positions: torch.Tensor
+        self,
+        q: torch.Tensor,
+        qs: torch.Tensor,
+        k: torch.Tensor,
+        ks: torch.Tensor,
+        ctx: CallContext,
     ) -> None:
-        """Refuse scaled values that ``x``'s dtype would round to inf or to a subnormal.
+        """Refuse scaled values whose rounding to the dtype loses more than it (see :meth:`rotate`).
 
-        The factors are computed and applied in float32 and rounded once to a
-        float16 or bfloat16 input's dtype; a large factor times a key of size 5
-        can exceed float16's 65504 well inside :meth:`position_limit`, and a
-        small one can push a query below its normal range, where the score
-        loses its precision.
+        ``qs`` and ``ks`` are the float32 scaled values of a float16/bfloat16
+        ``q`` and ``k``; nothing is checked for other dtypes or when values
+        cannot be read (traced).
         """
-        if scaled.dtype == x.dtype or not has_values(scaled) or not scaled.numel():
+        if qs.dtype == q.dtype or not (has_values(qs) and has_values(ks)):
             return
-        info = torch.finfo(x.dtype)
-        size = scaled.abs()
-        lost = (size > info.max) | ((size < info.tiny) & (x.abs() >= info.tiny))
-        if bool(lost.any()):
-            lo, hi = int(positions.min()), int(positions.max())
-            raise ValueError(
-                f"xPos scales {name} outside the normal range of {x.dtype} at positions {lo} to "
-                f"{hi} (|{name}| * zeta**(+-(p - centre)/scale_base) reaches "
-                f"{float(size.max()):.3g}, or leaves a normal value below {info.tiny:.3g}), so "
-                f"its scores would overflow or lose their precision; choose a centre nearer to "
-                f"the positions (centre={(lo + hi) // 2}, say), a larger scale_base or float32"
-            )
+        if not qs.numel() or not ks.numel():
+            return
+        problem = _precision_loss(q, qs, ks, "q", ctx.q_positions)
+        problem = problem or _precision_loss(k, ks, qs, "k", ctx.k_positions)
+        if problem is None:
+            return
+        # advice that works: the centre in the middle of the call's positions, checked here
+        pos = torch.cat((ctx.q_positions.flatten(), ctx.k_positions.flatten()))
+        middle = (int(pos.min()) + int(pos.max())) // 2
+        advice = ""
+        if middle != self.centre:
+            try:
+                q2 = self._scale(q, ctx.q_positions, keys=False, centre=middle)
+                k2 = self._scale(k, ctx.k_positions, keys=True, centre=middle)
+            except ValueError:  # beyond the position limit of the dtype around that centre
+                pass
+            else:
+                fine = _precision_loss(q, q2, k2, "q", ctx.q_positions) is None
+                if fine and _precision_loss(k, k2, q2, "k", ctx.k_positions) is None:
+                    advice = (
+                        f"XPos(..., centre={middle}) (the middle of the positions: the scores "
+                        f"do not depend on the centre, and there they fit), or "
+                    )
+        raise ValueError(
+            f"xPos scales {problem} (centre={self.centre}, scale_base={self.scale_base}); use "
+            f"{advice}float32 inputs"
+        )
 
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext
@@ -276,6 +307,20 @@ class XPos(PositionalScheme):
         keys by ``zeta ** (-(n - centre) / scale_base)``, pair by pair, then
         rotated as by RoPE at ``ctx.q_positions`` and ``ctx.k_positions``.
         Returns ``(q, k)`` in their dtypes.
+
+        In float16 and bfloat16 the scaled values are computed in float32 and
+        rounded once, and the call is refused (``ValueError``) when that
+        rounding would lose more than the dtype's own.  A value past the
+        dtype's largest overflows.  A value the factor pushes from the normal
+        range to a subnormal is rounded with an absolute error up to
+        ``tiny * u`` (``u`` the unit roundoff: ``2**-11`` in float16,
+        ``2**-8`` in bfloat16) instead of a relative ``u``; it is refused only
+        if, for some query ``q'`` and key ``k'`` of the call, the error those
+        roundings can add to the score, ``tiny * u * sum |k'_j|`` over the
+        query's pushed entries ``j``, exceeds the error rounding ``q'`` to the
+        dtype may cost that score anyway, ``u * sum_j |q'_j k'_j|`` (and the
+        same for keys).  Entries already subnormal in the input are not
+        counted.  The check reads values, so it runs eagerly only.
         """
         q = check_floating("q", q, min_dim=2)
         k = check_floating("k", k, min_dim=2)
@@ -286,8 +331,7 @@ class XPos(PositionalScheme):
                 )
         qs = self._scale(q, ctx.q_positions, keys=False)
         ks = self._scale(k, ctx.k_positions, keys=True)
-        self._check_representable("q", q, qs, ctx.q_positions)
-        self._check_representable("k", k, ks, ctx.k_positions)
+        self._check_representable(q, qs, k, ks, ctx)
         # the factor is shared by the two features of a pair, so it commutes with the rotation
         qr, kr = self.rope.rotate(qs, ks, ctx)
         return qr.to(q.dtype), kr.to(k.dtype)
@@ -298,3 +342,67 @@ class XPos(PositionalScheme):
         if self.centre:
             s += f", centre={self.centre}"
         return s
+
+
+# ---------------------------------------------------------------------- precision in fp16/bf16
+
+_CHUNK = 1 << 22  # elements of the (rows, len, d) block the check gathers at a time
+
+
+def _precision_loss(
+    x: torch.Tensor, xs: torch.Tensor, other: torch.Tensor, name: str, positions: torch.Tensor
+) -> str | None:
+    """Why rounding ``xs`` (``x`` scaled, float32) to ``x.dtype`` loses accuracy, or None.
+
+    ``other`` holds the scaled partners (keys for queries, and the reverse), with
+    ``kv_heads`` dividing ``heads`` as in attention.  See
+    :meth:`XPos._check_representable` for the criterion.
+    """
+    info = torch.finfo(x.dtype)
+    size = xs.abs()
+    if bool((size > info.max).any()):
+        return (
+            f"{name} outside the normal range of {x.dtype}: |{name}| * "
+            f"zeta**(+-(p - centre)/scale_base) reaches {float(size.max()):.3g} at positions "
+            f"{int(positions.min())} to {int(positions.max())}, beyond its largest value "
+            f"{info.max:.6g}"
+        )
+    # entries the factor pushes from the normal range to a subnormal
+    pushed = (size < info.tiny) & (x.abs() >= info.tiny)
+    if not bool(pushed.any()):
+        return None
+    partners = other.abs()
+    if xs.dim() >= 3 and partners.dim() == xs.dim() and partners.shape[-3] != xs.shape[-3]:
+        mine, theirs = xs.shape[-3], partners.shape[-3]
+        if mine % theirs == 0:  # queries: each key head serves mine // theirs query heads
+            partners = repeat_kv(partners, mine)
+        elif theirs % mine == 0:  # keys: their partners are the query heads of their group
+            partners = partners.unflatten(-3, (mine, theirs // mine)).flatten(-3, -2)
+        else:  # no grouping: compare every row with every partner
+            pushed, size = (t.flatten(-3, -2).unsqueeze(-3) for t in (pushed, size))
+            partners = partners.flatten(-3, -2).unsqueeze(-3)
+    lead = torch.broadcast_shapes(size.shape[:-2], partners.shape[:-2])
+    size = size.expand(*lead, *size.shape[-2:]).reshape(-1, *size.shape[-2:])
+    pushed = pushed.expand(*lead, *pushed.shape[-2:]).reshape(-1, *pushed.shape[-2:])
+    partners = partners.expand(*lead, *partners.shape[-2:]).reshape(-1, *partners.shape[-2:])
+    rows = pushed.any(-1).nonzero()  # (slice, row) of every row with such an entry
+    step = max(1, _CHUNK // max(1, partners.shape[-2] * partners.shape[-1]))
+    worst = 0.0
+    for chunk in rows.split(step):
+        n, r = chunk.unbind(-1)
+        block = partners[n]  # (rows, other_len, d)
+        # bound on the error the subnormal roundings add to each score, over the error
+        # rounding the row to the dtype may cost it anyway (the unit roundoff cancels)
+        added = info.tiny * torch.einsum("cd,cld->cl", pushed[n, r].to(block.dtype), block)
+        own = torch.einsum("cd,cld->cl", size[n, r], block)
+        worst = max(worst, float((added / own.clamp_min(torch.finfo(own.dtype).tiny)).max()))
+    if worst <= 1.0:
+        return None
+    count = int(pushed.sum())
+    return (
+        f"{name} outside the normal range of {x.dtype}: the factors "
+        f"zeta**(+-(p - centre)/scale_base) push {count} normal entries of {name} below "
+        f"{info.tiny:.3g} at positions {int(positions.min())} to {int(positions.max())}, where "
+        f"their rounding can add {worst:.3g} times the error that rounding to {x.dtype} allows "
+        f"a score"
+    )

@@ -1,6 +1,7 @@
 """Tests for posenc.xpos: xPos against a float64 loop, a frozen peer and its defining property."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -313,3 +314,117 @@ def test_wrong_head_size_is_refused():
     q = torch.randn(1, 2, 3, 6)
     with pytest.raises(ValueError, match="head_dim=8"):
         posenc.attention(q, q, q, encoding=posenc.XPos(8))
+
+
+# --- float16: refuse only what loses more than float16 (issue 36, item 6) ----------------------
+
+U16 = 2.0**-11  # float16's unit roundoff
+
+
+def _fp16_error(encoding, q, k, v, **kw):
+    """Max error of float16 attention against float64 on the same (float16-rounded) inputs."""
+    q, k, v = q.half(), k.half(), v.half()
+    got = posenc.attention(q, k, v, encoding=encoding, **kw)
+    want = posenc.attention(q.double(), k.double(), v.double(), encoding=encoding, **kw)
+    return (got.double() - want).abs().max().item()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"centre": 511}, {"scale_base": 4096.0}])
+def test_float16_xpos_over_1024_positions_is_not_refused(kwargs):
+    # the reported case: 18 tiny query entries become subnormal, but they cost the scores
+    # nothing float16 does not already cost; its old advice (centre=511, scale_base=4096) too
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 1024, 64, generator=g) for _ in range(3))
+    xpos = posenc.XPos(64, **kwargs)
+    pushed = (q.half().float().abs() >= 2**-14) & (
+        (q * xpos.factors(torch.arange(1024), q, keys=False)).abs() < 2**-14
+    )
+    if not kwargs:
+        assert int(pushed.sum()) > 0  # the case does push entries below float16's normals
+    err = _fp16_error(xpos, q, k, v, causal=True)
+    rope = _fp16_error(posenc.RotaryEmbedding(64, layout="half"), q, k, v, causal=True)
+    # float16's own rounding, measured on plain RoPE with the same data: about 1e-3
+    assert err <= 1.5 * rope and err < 2e-3, (err, rope)
+
+
+def _fast_pair_queries(value=0.005):
+    # every query's weight in the fastest pair (features 0 and 32 in the half layout), the
+    # pair whose factor zeta_0**(m / 512) is 6.4e-4 at m = 3000: scaled, it is subnormal
+    q = torch.zeros(1, 2, 10, 64)
+    q[..., 0], q[..., 32] = value, -0.8 * value
+    g = torch.Generator().manual_seed(1)
+    k, v = torch.randn(2, 1, 2, 10, 64, generator=g)
+    return q, k, v
+
+
+def test_float16_xpos_refuses_what_truly_loses_and_its_advice_works():
+    q, k, v = _fast_pair_queries()
+    pos = torch.arange(2990, 3000)
+    kw = {"q_positions": pos, "k_positions": pos, "causal": True}
+    xpos = posenc.XPos(64)
+    # independently, in float64: rounding the scaled q and k to float16 would cost the scores
+    # far more than float16's unit roundoff relative to their size
+    qs = q.double() * xpos.factors(pos, q.double(), keys=False)
+    ks = k.half().double() * xpos.factors(pos, k.double(), keys=True)
+    exact = qs @ ks.mT
+    rounded = qs.half().double() @ ks.half().double().mT
+    scale = qs.abs() @ ks.abs().mT
+    assert ((rounded - exact).abs() / scale).max().item() > 8 * U16
+    with pytest.raises(ValueError, match=r"xPos scales q outside the normal range") as info:
+        posenc.attention(q.half(), k.half(), v.half(), encoding=xpos, **kw)
+    message = str(info.value)
+    assert "push 40 normal entries of q" in message and "float32 inputs" in message
+    centre = int(re.search(r"XPos\(\.\.\., centre=(-?\d+)\)", message).group(1))
+    assert centre == 2994  # the middle of the positions
+    # the advice, followed: accepted, and right to float16's rounding (scores do not depend
+    # on the centre, so the float64 reference is the same with any centre)
+    advised = posenc.XPos(64, centre=centre)
+    got = posenc.attention(q.half(), k.half(), v.half(), encoding=advised, **kw)
+    want = posenc.attention(q.double(), k.half().double(), v.half().double(), encoding=xpos, **kw)
+    assert (got.double() - want).abs().max().item() < 2e-3
+    # and the other advice: float32
+    posenc.attention(q, k, v, encoding=xpos, **kw)
+
+
+@pytest.mark.parametrize("heads", [(2, 2), (4, 2), (4, 1)])
+def test_float16_keys_pushed_below_normal_are_refused_with_working_advice(heads):
+    # keys far before the centre shrink: zeta_0**(3000 / 512) on a key that lives in pair 0
+    h, h_kv = heads
+    k = torch.zeros(1, h_kv, 10, 64)
+    k[..., 0], k[..., 32] = 0.005, 0.004
+    g = torch.Generator().manual_seed(2)
+    q, v = torch.randn(1, h, 10, 64, generator=g), torch.randn(1, h_kv, 10, 64, generator=g)
+    pos = torch.arange(10)
+    xpos = posenc.XPos(64, centre=3000)
+    kw = {"q_positions": pos, "k_positions": pos}
+    with pytest.raises(ValueError, match=r"xPos scales k outside the normal range") as info:
+        posenc.attention(q.half(), k.half(), v.half(), encoding=xpos, **kw)
+    assert "XPos(..., centre=4)" in str(info.value)
+    got = posenc.attention(q.half(), k.half(), v.half(), encoding=posenc.XPos(64, centre=4), **kw)
+    want = posenc.attention(q.half().double(), k.double(), v.half().double(), encoding=xpos, **kw)
+    assert (got.double() - want).abs().max().item() < 2e-3
+
+
+def test_float16_entries_tiny_in_the_input_or_negligible_in_the_scores_are_not_refused():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(3, 1, 2, 10, 64, generator=g)
+    pos = torch.arange(2990, 3000)
+    q[..., 0] = 1e-6  # subnormal in float16 already: xPos does not make it so
+    q[..., 1] = 1e-4  # normal, pushed below: but a speck beside the row's other entries
+    xpos = posenc.XPos(64)
+    kw = {"q_positions": pos, "k_positions": pos, "causal": True}
+    err = _fp16_error(xpos, q, k, v, **kw)
+    assert err <= 1.5 * _fp16_error(posenc.RotaryEmbedding(64, layout="half"), q, k, v, **kw)
+
+
+def test_float16_advice_names_no_centre_when_none_fits():
+    # positions spread over the whole float16 range: no single centre fits, float32 does
+    xpos = posenc.XPos(16, scale_base=32.0, centre=1000)
+    limit = xpos.position_limit(torch.float16)
+    q = torch.full((1, 2, 2, 16), 0.01, dtype=torch.float16)
+    pos = torch.tensor([1000 - limit, 1000 + limit])
+    with pytest.raises(ValueError, match="xPos scales q outside") as info:
+        rotate(xpos, q, q, pos, pos)
+    assert "centre=" not in str(info.value).split("use ")[-1]
+    qr, kr = rotate(xpos, q.float(), q.float(), pos, pos)
+    assert torch.isfinite(qr).all() and torch.isfinite(kr).all()
