@@ -626,9 +626,13 @@ def many_shapes_section(repeats: int, lengths: list[int]) -> dict:
 
 # Targets against ALiBi's fused path at (1, 8, 2048, 64), causal, float32 (issues 20 and 26).
 SCHEME_TARGETS = {"Kerple log": 1.2, "Kerple power": 1.2, "FIRE": 2.0}
+# FoX (issue 36 item 4): the data-dependent gate bound to a random input, and the fixed gate
+FOX_TARGETS = {"FoX data gate": 1.3, "FoX fixed gate": 1.3}
 
 
-def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") -> dict:
+def schemes_section(
+    repeats: int, rounds: int, label: str = "", note: str = "", fox: bool = False
+) -> dict:
     """Kerple (log, power) and FIRE through ``backend="flex"`` against ALiBi's, side by side.
 
     Every round times the candidates interleaved, ``repeats`` times each, and
@@ -650,6 +654,16 @@ def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") 
         "Kerple power": posenc.Kerple(heads, "power"),
         "FIRE": posenc.FIRE(heads),
     }
+    targets = SCHEME_TARGETS
+    if fox:  # --fox: FoX's two gates instead of Kerple and FIRE (fox_fused_<isa>.json)
+        gate = posenc.ForgettingAttention(heads, heads * d)
+        x = torch.randn(batch, n, heads * d, generator=g)
+        schemes = {
+            "ALiBi": posenc.ALiBi(heads),
+            "FoX data gate": gate.bind(x).requires_grad_(False),
+            "FoX fixed gate": posenc.ForgettingAttention(heads, gate="fixed").requires_grad_(False),
+        }
+        targets = FOX_TARGETS
     schemes = {name: s.to(DEVICE) for name, s in schemes.items()}
 
     def fused(scheme):
@@ -672,7 +686,7 @@ def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") 
         "note": note,
         "machine": start,
         "repeats": repeats,
-        "targets_over_alibi": SCHEME_TARGETS,
+        "targets_over_alibi": targets,
         "first_call_s": {},
         "max_abs_diff_from_eager": {},
         "max_abs_diff_from_float64_eager": {},
@@ -708,7 +722,7 @@ def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") 
                 for name, fn in fns.items():
                     result["extra_mib"][name] = memory(fn, out_bytes)[0]
             ratios = ", ".join(f"{name} {t / base:.2f}x" for name, t in med.items()
-                               if name in SCHEME_TARGETS)  # fmt: skip
+                               if name in targets)  # fmt: skip
             print(f"  round {r + 1}: ALiBi {1e3 * base:.1f} ms; {ratios}; load {load}")
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = {}
@@ -725,12 +739,13 @@ def schemes_section(repeats: int, rounds: int, label: str = "", note: str = "") 
               f"{min(ratios):6.2f}-{max(ratios):<6.2f} {result['extra_mib'][name]:9.1f} "
               f"{result['first_call_s'][name]:10.1f} {diff_s}")  # fmt: skip
     result["summary_over_alibi"] = summary
-    for name, target in SCHEME_TARGETS.items():
+    for name, target in targets.items():
         met = sum(rd["over_alibi"][name] <= target for rd in result["rounds"])
         verdict(f"{name} flex / ALiBi flex ({start['pytorch_isa']}), median of {rounds} "
                 f"rounds; met in {met} of {rounds}", summary[name]["median"], target)  # fmt: skip
     os.makedirs(RESULTS, exist_ok=True)
-    stem = f"fused_schemes_{start['pytorch_isa']}" + (f"_{label}" if label else "")
+    kind = "fox_fused" if fox else "fused_schemes"
+    stem = f"{kind}_{start['pytorch_isa']}" + (f"_{label}" if label else "")
     path = os.path.join(RESULTS, f"{stem}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
@@ -763,6 +778,9 @@ def main():
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the schemes run")
     parser.add_argument(
+        "--fox", action="store_true", help="with --schemes-only: FoX's gates instead (issue 36)"
+    )
+    parser.add_argument(
         "--isa", choices=("native", "avx2"), default="native",
         help="avx2: run again in a subprocess on PyTorch's and Inductor's AVX2 code paths",
     )  # fmt: skip
@@ -775,7 +793,7 @@ def main():
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {DEVICE}")
     if args.schemes_only:
-        schemes_section(args.repeats, args.rounds, args.label, args.note)
+        schemes_section(args.repeats, args.rounds, args.label, args.note, fox=args.fox)
         return
     many_shapes_section(max(3, args.repeats // 3), list(range(1000, 3000, 100)))
     if args.many_shapes_only:

@@ -25,7 +25,7 @@ module                 what lives there
 ``mrope``              multimodal RoPE sections of (t, h, w) positions
                        (Qwen2-VL, Qwen3-VL, GLM-4V)
 ``convert``            checkpoint conversion between RoPE layouts
-``multidim``           grid positions: the 2-D (N-D) sin-cos table of ViT/MAE/DETR
+``multidim``           grid positions: the 2-D (N-D) sin-cos table of MAE/MoCo v3, DETR
                        and axial RoPE for image patches (Heo et al., 2024)
 schemes                one module each, listed in :data:`SCHEMES`: ``sinusoidal``,
                        ``learned``, ``rope``, ``alibi``, ``t5``, ``shaw``,
@@ -64,6 +64,7 @@ from .multidim import (
     grid_positions,
     sinusoidal_table_2d,
 )
+from .prope import PartialRotaryEmbedding
 from .registry import SCHEMES, scheme_table
 from .rope import RotaryEmbedding, apply_rope, rope_cos_sin, rope_frequencies
 from .scaling import ROPE_SCALINGS, RopeScaling, ScalingKind
@@ -75,6 +76,11 @@ from .sinusoidal import (
     sinusoidal_inv_freq,
     sinusoidal_shift_matrix,
     sinusoidal_table,
+)
+from .stickbreaking import (
+    StickBreakingAttention,
+    stickbreaking_attention,
+    stickbreaking_weights,
 )
 from .t5 import T5RelativeBias, t5_relative_bucket
 from .transformer_xl import (
@@ -136,8 +142,19 @@ __all__ = [
     "Kerple",
     "FIRE",
     "CoPE",
+    "StickBreakingAttention",
+    "stickbreaking_attention",
+    "stickbreaking_weights",
+    "ForgettingAttention",
+    "ForgetGate",
+    "forgetting_attention",
+    "PathAttention",
+    "PathGate",
+    "PathKVCache",
+    "path_attention",
     # RoPE, its scalings and checkpoint conversion between its layouts
     "RotaryEmbedding",
+    "PartialRotaryEmbedding",
     "apply_rope",
     "rope_cos_sin",
     "rope_frequencies",

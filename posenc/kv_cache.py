@@ -13,6 +13,15 @@ key so far.  :class:`KVCache` holds those keys and values and their positions:
   and gives the rows of the full causal pass (``tests/test_conformance.py``
   checks this for every registered scheme).
 
+A scheme whose term depends on more than the positions (FoX's forget gates,
+:class:`posenc.ForgettingAttention`) keeps a state per cached key through two
+methods the cache calls when the scheme has them: ``cache_state(state,
+positions, length)`` in :meth:`KVCache.update` returns the state of every cached
+key, ``(batch, heads, length)``, after the new tokens (``None``: the scheme needs
+none), and ``cached_scheme(state)`` gives the scheme :meth:`KVCache.attention`
+runs, which reads that state by cache index (so it is called with the default
+positions, the cache indices).
+
 RoPE's scores agree with a full pass since ``<R_m q, R_n k>`` depends only on
 ``n - m``.  For a length-dependent scaling (dynamic NTK) the two differ past the
 original length: see :class:`posenc.RotaryEmbedding`.  With RoPE or no scheme,
@@ -124,6 +133,7 @@ class KVCache:
             None  # positions of the latest update's tokens, (n,) or (batch, n)
         )
         self._default = True  # every update so far had positions length .. length+n-1
+        self._state: torch.Tensor | None = None  # a stateful scheme's per-key state
 
     @property
     def length(self) -> int:
@@ -199,6 +209,9 @@ class KVCache:
         if self.encoding is not None:
             ctx = CallContext.of(q, k, q_positions=pos, k_positions=pos, q_offset=0)
             q, k = self.encoding.rotate(q, k, ctx)
+            extend = getattr(self.encoding, "cache_state", None)
+            if extend is not None:  # a scheme with a state per key (FoX's c)
+                self._state = extend(self._state, pos, self._length)
         self._new = pos
         start, end = self._length, self._length + n
         tracked = [t for t in (k, v, self._k, self._v) if t is not None]
@@ -262,7 +275,13 @@ class KVCache:
                 f"q must be the (batch, heads, n, d) queries of the latest update (n = {n}), "
                 f"got shape {tuple(q.shape)}"
             )
-        if self._default:  # shared positions 0 .. length-1: no per-sample lookups
+        scheme = as_scheme(self.encoding)
+        if self._state is not None:  # its state is read by cache index: default positions
+            cached = getattr(scheme, "cached_scheme", None)
+            assert cached is not None  # a scheme with cache_state has cached_scheme
+            scheme = cached(self._state)
+            k_pos, q_pos = None, None
+        elif self._default:  # shared positions 0 .. length-1: no per-sample lookups
             k_pos, q_pos = None, None
         else:
             k_pos, q_pos = self.positions, self._new.expand(q.shape[0], n)
@@ -272,7 +291,7 @@ class KVCache:
             q_positions=q_pos, k_positions=k_pos, scale=scale,
         )  # fmt: skip
         assert v4 is not None  # prepare returns v as 4-D when it is given
-        return run(as_scheme(self.encoding), q4, k4, v4, ctx, backend=backend, rotated=True)
+        return run(scheme, q4, k4, v4, ctx, backend=backend, rotated=True)
 
     # ------------------------------------------------------------------ internals
 

@@ -42,6 +42,10 @@ _ENTRIES = {
     "kerple": "kerple:Kerple",
     "fire": "fire:FIRE",
     "cope": "cope:CoPE",
+    "p_rope": "prope:PartialRotaryEmbedding",
+    "stickbreaking": "stickbreaking:StickBreakingAttention",
+    "fox": "forgetting:ForgettingAttention",
+    "path": "path:PathAttention",
 }
 
 
@@ -97,7 +101,7 @@ def scheme_table(num_heads: int = 8, head_dim: int = 64) -> list[dict[str, Any]]
     >>> rows["t5"]["parameters"], rows["t5"]["shared_across_layers"]   # 32 buckets x 8 heads
     (256, True)
     >>> sorted(name for name, r in rows.items() if not r["quadratic_memory"])
-    ['learned', 'none', 'rope', 'sinusoidal', 'xpos']
+    ['learned', 'none', 'p_rope', 'rope', 'sinusoidal', 'xpos']
     """
     rows = []
     for name, cls in SCHEMES.items():

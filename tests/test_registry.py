@@ -31,6 +31,10 @@ def test_build_gives_a_module_for_the_heads_and_head_size(name):
         assert scheme.encode(torch.arange(5)).shape == (5, 64)
     else:
         q = torch.randn(2, 4, 6, 16)
+        if scheme.reads_input:  # it needs the layer input (width 4 * 16 by default): bind it
+            with pytest.raises((TypeError, ValueError, RuntimeError), match="bind"):
+                posenc.attention(q, q, q, encoding=scheme, causal=True)
+            scheme = scheme.bind(torch.randn(2, 6, 64))
         assert posenc.attention(q, q, q, encoding=scheme, causal=True).shape == q.shape
 
 

@@ -101,9 +101,12 @@ class _Block(nn.Module):
         self, x: torch.Tensor, encoding: PositionalScheme | None, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         b, n, d = x.shape
-        qkv: torch.Tensor = self.qkv(self.ln1(x))  # (nn.Module.__call__ is untyped)
+        h = self.ln1(x)
+        qkv: torch.Tensor = self.qkv(h)  # (nn.Module.__call__ is untyped)
         q, k, v = qkv.view(b, n, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (batch, heads, seq, head_dim)
+        if getattr(encoding, "reads_input", False):  # FoX's gate, PaTH: read this layer's input
+            encoding = encoding.bind(h)  # type: ignore[union-attr,operator]
         a = posenc.attention(q, k, v, encoding=encoding, causal=True, mask=mask)
         attended: torch.Tensor = self.out(a.transpose(1, 2).reshape(b, n, d))
         x = x + attended
