@@ -412,7 +412,28 @@ class ForgettingAttention(PositionalScheme):
                         f"{start} .. {start + length - 1}, got values from {lo} to {hi}"
                     )
 
-            if _keys_never_after_queries(ctx):
+            causal = _keys_never_after_queries(ctx)
+            if causal and c.shape[0] == 1 and start == 0:
+                # the common inference call: one table for the batch, positions from 0, every
+                # visible key at or before its query (c_q - c_k <= 0, no abs). A flat table
+                # indexed h * width + position compiles to plain loads in the CPU kernel
+                # (measured: 2-D or 3-D indexing cost 0.1 of ALiBi's time more under AVX2)
+                width = c.shape[-1]  # a bucket size: one kernel per bucket
+                flat = c[0].reshape(-1)
+
+                def shared_mod(
+                    score: torch.Tensor,
+                    b: torch.Tensor,
+                    h: torch.Tensor,
+                    q_pos: torch.Tensor,
+                    k_pos: torch.Tensor,
+                ) -> torch.Tensor:
+                    # the difference first: c is large and negative, score + c_q loses digits
+                    return score + (flat[h * width + q_pos] - flat[h * width + k_pos])
+
+                return shared_mod
+
+            if causal:
                 # every visible key sits at or before its query, where c_q - c_k <= 0:
                 # the term needs no abs (one operation less per score in the fused kernel)
                 def causal_mod(
