@@ -9,6 +9,7 @@ failing claim stops the notebook with its numbers::
     claims.at_least("weight kept by the nearest key", w0, 0.5)
     claims.roundoff("RoPE scores depend on m - n only", diff, 1e-12)
     claims.holds("the two sets agree", found == expected, f"{len(found)} schemes")
+    claims.equal("graphs compiled at each length", graphs, [1] + [0] * 19)
     claims.shows("uniform guess over the visible keys", 1 / 32)
     claims  # displayed as a Markdown table (render it with markdown_format: myst)
 
@@ -16,9 +17,13 @@ Stored outputs are compared on other machines, thread counts and instruction set
 so nothing in the table may depend on them:
 
 - the measured value is printed with ``fmt``: pick a format well above its noise;
-- a roundoff-level value is shown as the bound it was checked against
-  (:meth:`Claims.roundoff` prints ``≤ 1e-12``), never as the digits or the decade it
-  happened to land in;
+- a roundoff-level value is never printed, neither its digits nor the decade it
+  happened to land in: a :meth:`Claims.roundoff` row reads ``roundoff`` under
+  "measured" and the bound it was checked against (``≤ 1e-12``) under "bound", so no
+  row shows a bound as if it had been measured;
+- a value that is not one number (a list of counts, a set of names) is checked with
+  :meth:`Claims.equal`, which prints what was measured, shortened the same way as the
+  expected value, rather than a string typed beside the check;
 - a value that is only displayed, not checked, goes through :meth:`Claims.shows`: its
   row reads "shown" and it is not counted as a check.  A check's condition must be
   computed from what was measured; ``holds(claim, True)`` is not a check
@@ -38,6 +43,22 @@ def _exp(x: float) -> str:
     return format(x, ".0e").replace("e-0", "e-").replace("e+0", "e+")
 
 
+def _brief(value: object, *, keep: int = 5) -> str:
+    """``value`` as a table cell: a list or tuple of more than ``keep`` items as its first
+    two, ``...`` and its last (``[1, 0, ..., 0]``), a 0-d tensor or array as its item,
+    anything else as ``str(value)``.
+
+    >>> _brief([1] + [0] * 19), _brief((3, 4)), _brief(7)
+    ('[1, 0, ..., 0]', '(3, 4)', '7')
+    """
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a 0-d tensor or array
+        value = value.item()
+    if isinstance(value, (list, tuple)) and len(value) > keep:
+        inner = f"{value[0]!s}, {value[1]!s}, ..., {value[-1]!s}"
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    return str(value)
+
+
 def _number(claim: str, value: SupportsFloat | str | bytes, name: str) -> float:
     """``value`` as a float: a number, or a one-element tensor or array (a string is refused)."""
     if isinstance(value, (str, bytes)):
@@ -45,6 +66,16 @@ def _number(claim: str, value: SupportsFloat | str | bytes, name: str) -> float:
     if hasattr(value, "detach"):
         value = value.detach()
     return float(value)
+
+
+def _is_float(x: object) -> bool:
+    """True for a float, a NumPy floating scalar or a floating tensor or array."""
+    dtype = getattr(x, "dtype", None)
+    return (
+        isinstance(x, float)
+        or bool(getattr(dtype, "is_floating_point", False))
+        or getattr(dtype, "kind", "") in ("f", "c")
+    )
 
 
 def _truth(claim: str, ok: object) -> bool:
@@ -66,7 +97,30 @@ class Claims:
 
     ``rows`` holds one ``(claim, measured, bound)`` tuple of strings per row, in order;
     ``checked`` and ``shown`` count the rows that were asserted and those only displayed.
+    A row's "measured" cell is always computed from the data, or a word that says why it
+    is not a number: ``roundoff`` (:meth:`roundoff`); a row that is only displayed reads
+    ``shown`` under "bound" (:meth:`shows`).
+
+    Examples
+    --------
+    >>> claims = Claims().at_most("error of the table", 2.1e-7, 2.5e-7)
+    >>> claims.roundoff("scores depend on m - n only", 3e-16, 1e-12).rows[-1]
+    ('scores depend on m - n only', 'roundoff', '≤ 1e-12')
+    >>> claims.equal("graphs compiled at each length", [1] + [0] * 19, [1] + [0] * 19).rows[-1]
+    ('graphs compiled at each length', '[1, 0, ..., 0]', '= [1, 0, ..., 0]')
+    >>> print(claims.shows("uniform guess", 1 / 32).markdown())
+    | claim | measured | bound |
+    | --- | ---: | ---: |
+    | error of the table | 2.1e-07 | ≤ 2.5e-07 |
+    | scores depend on m - n only | roundoff | ≤ 1e-12 |
+    | graphs compiled at each length | [1, 0, ..., 0] | = [1, 0, ..., 0] |
+    | uniform guess | 0.0312 | shown |
+    >>> claims
+    Claims(3 checked, 1 shown)
     """
+
+    #: What the "measured" cell of a :meth:`roundoff` row reads, in place of a number.
+    ROUNDOFF = "roundoff"
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, str]] = []
@@ -79,16 +133,18 @@ class Claims:
         return self
 
     def roundoff(self, claim: str, error: SupportsFloat, bound: float) -> Claims:
-        """Assert a roundoff-level ``error <= bound``; the row shows ``≤ bound`` in both columns.
+        """Assert a roundoff-level ``error <= bound``; the row reads ``roundoff | ≤ bound``.
 
         A roundoff error's digits, and even its power of ten, change with the CPU, the
-        instruction set and the thread count, so the stored output shows only the bound
-        it was checked against: the same wherever the chapter is re-run.  Choose the
-        bound well above the roundoff of every machine (a NaN fails).
+        instruction set and the thread count, so the stored output does not print it:
+        its "measured" cell names what was measured (``roundoff``, ``Claims.ROUNDOFF``)
+        and its "bound" cell the bound it was checked against, the same wherever the
+        chapter is re-run.  Choose the bound well above the roundoff of every machine
+        (a NaN fails).
         """
         error = _number(claim, error, "error")
         assert error <= bound, f"{claim}: measured {error!r}, bound <= {bound!r}"
-        return self._check(claim, f"≤ {_exp(bound)}", f"≤ {_exp(bound)}")
+        return self._check(claim, self.ROUNDOFF, f"≤ {_exp(bound)}")
 
     def at_most(
         self,
@@ -127,16 +183,42 @@ class Claims:
         assert low <= value <= high, f"{claim}: measured {value!r}, bounds [{low!r}, {high!r}]"
         return self._check(claim, format(value, fmt), f"[{low:{fmt}}, {high:{fmt}}]")
 
-    def holds(self, claim: str, ok: object, measured: str = "yes", bound: str = "—") -> Claims:
+    def holds(
+        self, claim: str, ok: object, measured: object = "yes", bound: object = "—"
+    ) -> Claims:
         """Assert a claim that is not one number.
 
         ``ok`` must be the result of a comparison on what was measured: a bool, or a
         one-element bool tensor or array; anything else (a string, a number, a tensor of
         several elements) raises ``TypeError``.  A constant such as ``True`` is not a
-        check: show the value with :meth:`shows` instead.
+        check: show the value with :meth:`shows` instead.  ``measured`` is printed as
+        given, a list or tuple of more than five items shortened to ``[a, b, ..., z]``:
+        pass what was measured (the list of counts, not a string that restates the
+        bound).  Where the claim is an equality, :meth:`equal` does both at once.
         """
         assert _truth(claim, ok), f"{claim}: does not hold (measured {measured})"
-        return self._check(claim, str(measured), str(bound))
+        return self._check(claim, _brief(measured), _brief(bound))
+
+    def equal(self, claim: str, value: object, expected: object) -> Claims:
+        """Assert ``value == expected`` for a value that is not one float: a count, a list, a name.
+
+        The row prints ``value`` itself under "measured" and ``= expected`` under
+        "bound", both shortened alike (``[1, 0, ..., 0]`` for a list longer
+        than five), so the table shows what was measured rather than a string typed
+        beside the check.  The comparison must give one bool: compare tensors and
+        arrays after ``.tolist()``.  A float is checked with :meth:`between` or
+        :meth:`roundoff` instead, with a tolerance.
+        """
+        if _is_float(value) or _is_float(expected):
+            raise TypeError(f"{claim}: a float needs a tolerance: use between or roundoff")
+        if any(getattr(x, "ndim", 0) for x in (value, expected)):  # == is elementwise or odd
+            raise TypeError(
+                f"{claim}: value == expected must give one bool: compare a tensor or an "
+                "array of several elements after .tolist()"
+            )
+        same = _truth(claim, value == expected)
+        assert same, f"{claim}: measured {value!r}, expected {expected!r}"
+        return self._check(claim, _brief(value), f"= {_brief(expected)}")
 
     def shows(self, claim: str, measured: object, *, fmt: str = ".3g") -> Claims:
         """Display a value that is not checked: its row reads "shown" and is not counted as a check.
