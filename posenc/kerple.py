@@ -7,10 +7,15 @@ Kerple adds to the scaled score of query position ``m`` and key position
     kind="power":  b_h(m, n) = -r1_h * |m - n| ** r2_h,           r1_h > 0, 0 < r2_h <= 2
 
 Both are conditionally positive definite (CPD) kernels of the positions:
-``sum_ij c_i c_j b(x_i, x_j) >= 0`` whenever ``sum_i c_i = 0``.  A CPD kernel
-plus a large enough constant is positive definite, and softmax cannot see a
-constant added to a whole row; that is the paper's argument for using a CPD
-kernel as an additive bias.  The power form with ``r2 = 1`` is ALiBi with a
+``sum_ij c_i c_j b(x_i, x_j) >= 0`` whenever ``sum_i c_i = 0``, and softmax
+cannot see a constant added to a whole row; that is the paper's argument for
+using a CPD kernel as an additive bias.  The paper's Lemma 1 (a CPD kernel plus
+a large enough constant is positive semidefinite on finitely many points) needs
+the form to be *strictly* positive on nonzero zero-sum vectors: true for the log
+form and for ``r2 < 2``, false at ``r2 = 2``, where ``-|m - n|**2`` restricted
+to zero-sum vectors is ``2 (sum_i c_i x_i)**2``, zero on a whole subspace, and
+no constant makes the matrix PSD.  The softmax argument does not need the
+lemma.  The power form with ``r2 = 1`` is ALiBi with a
 learned slope.  The bias is 0 on the diagonal and < 0 elsewhere, symmetric in
 ``m`` and ``n``, so it serves causal and bidirectional attention alike.
 

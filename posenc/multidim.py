@@ -4,9 +4,10 @@ An image patch, a video frame cell or a table cell has one integer coordinate
 per axis, e.g. ``(row, col)``.  The *axial* construction encodes each axis with
 the ordinary 1-D scheme on its own share of the features and concatenates:
 
-* sinusoidal (ViT/MAE/DETR 2-D sin-cos): with ``n`` axes and ``dim`` features,
-  features ``[a * dim/n, (a + 1) * dim/n)`` hold the 1-D sinusoidal code of
-  coordinate ``a`` with ``dim/n`` features, frequencies ``base**(-2i/(dim/n))``,
+* sinusoidal (the 2-D sin-cos tables of MAE / MoCo v3 and of DETR): with ``n``
+  axes and ``dim`` features, features ``[a * dim/n, (a + 1) * dim/n)`` hold the
+  1-D sinusoidal code of coordinate ``a`` with ``dim/n`` features, frequencies
+  ``base**(-2i/(dim/n))``,
   in the chosen 1-D layout (see :mod:`posenc.sinusoidal`).  For 2-D: the first
   half of the channels encodes the row, the second half the column.
 * RoPE (axial RoPE of Heo et al., 2024): the ``dim/2`` rotary *pairs* are split
@@ -27,7 +28,7 @@ Axis order is the order of the last dimension of ``positions``.
 of ``x.flatten(2)`` on a ``(B, C, H, W)`` patch map) as ``(row, col)`` pairs.
 Peer codes differ in the order and the origin:
 
-* MAE / ViT ``get_2d_sincos_pos_embed`` puts the *column* first (its
+* MAE / MoCo v3 ``get_2d_sincos_pos_embed`` puts the *column* first (its
   ``meshgrid(w, h)``) in the ``"half"`` sinusoidal layout: pass
   ``grid_positions(h, w).flip(-1)``.
 * DETR's ``PositionEmbeddingSine`` (unnormalised) puts the row first in the

@@ -777,7 +777,7 @@ def _filled(value: _T | None) -> _T:
 
 
 def _yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's temperature ``0.1 mscale ln(factor) + 1`` (1 when ``factor <= 1``)."""
+    """YaRN's ``sqrt(1/t) = 0.1 mscale ln(factor) + 1`` on q and k (1 when ``factor <= 1``)."""
     return 1.0 if factor <= 1.0 else 0.1 * mscale * math.log(factor) + 1.0
 
 

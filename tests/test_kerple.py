@@ -1,6 +1,7 @@
 """Tests for posenc.kerple: the bias against float64 loops, its CPD sign, gradients and errors."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -141,6 +142,38 @@ def test_power_exponent_above_two_would_not_be_cpd():
     pos = torch.arange(12, dtype=torch.float64)
     b = -((pos[:, None] - pos[None, :]).abs() ** 2.5)
     assert zero_sum_min_eigenvalue(b) < -1e-3
+
+
+def test_a_constant_makes_the_bias_psd_only_for_strictly_cpd_forms():
+    """The paper's Lemma 1 (CPD + a large constant is PSD) holds for the log form and r2 < 2 only.
+
+    At r2 = 2, which eq-kerple and the paper's Corollary 1 allow, -|m - n|**2 is CPD but not
+    strictly, and no constant makes it PSD: exact (rational) witness c = a*1 + z on positions
+    (0, 1, 2) with z = (1, -2, 1), so that sum(z) = 0 and sum(z * x) = 0.
+    """
+    n = 8
+    gap = (torch.arange(n, dtype=torch.float64)[:, None] - torch.arange(n)).abs()
+    for scheme in [posenc.Kerple(1, "log", r1=1.0, r2=1.0, dtype=torch.float64)] + [
+        posenc.Kerple(1, "power", r1=1.0, r2=r2, dtype=torch.float64) for r2 in (0.5, 1.0, 1.9)
+    ]:
+        b = bias_matrix(scheme, range(n))[0]
+        assert torch.linalg.eigvalsh(b + 1e3).min() > 1e-3
+    # r2 = 2 (posenc.Kerple stops short of it): negative for every constant tried, in float64 ...
+    square = -(gap**2)
+    for gamma in (1e0, 1e2, 1e4, 1e6):
+        assert torch.linalg.eigvalsh(square + gamma).min() < -10 / gamma  # about -168 / gamma
+    # ... and exactly, for any constant gamma: c^T (B + gamma 11^T) c < 0 for a small enough a
+    x, z = (0, 1, 2), (1, -2, 1)
+    for gamma in (Fraction(0), Fraction(10**3), Fraction(10**12)):
+        a = Fraction(6) / (9 * gamma + 16)  # the form is a^2 (9 gamma - 12) - 12 a
+        c = [a + zi for zi in z]
+        form = sum(
+            c[i] * c[j] * (-((x[i] - x[j]) ** 2) + gamma) for i in range(3) for j in range(3)
+        )
+        assert form < 0
+    # the module doc states the lemma's scope
+    doc = " ".join(posenc.kerple.__doc__.split())
+    assert "false at ``r2 = 2``" in doc
 
 
 # --- parameters ---------------------------------------------------------------------------------
