@@ -53,8 +53,10 @@ is below ``q_len + k_len``, so it never grows with the position values.
 Inductor's C++ reads a table one vector lane at a time, so the read costs the
 same per score whatever the vector width, while ``log1p`` costs less per
 score the more lanes a vector has: with 16-lane (AVX-512) vectors the log form
-evaluates ``log1p`` per score, which measured faster than its table read
-(``LOG_TABLE_MAX_VECTOR_BITS``); the power form's ``pow`` stays costlier
+evaluates ``log1p`` per score (``LOG_TABLE_MAX_VECTOR_BITS``), which the stored
+runs cannot tell apart from its table read (the same compiled code measured
+0.05 apart between two forms; see the performance appendix); the power form's
+``pow`` stays costlier
 and reads its table on every instruction set.
 Otherwise (positions far apart, distances up to ``2**32``), on a GPU, in the
 eager path and wherever values cannot be read (tracing, meta tensors,
@@ -96,8 +98,9 @@ PAPER_EPS = 0.01
 TABLE_MIN_SIZE = 256
 
 # The log form reads its table only where Inductor's CPU vectors are at most this wide: with
-# 8-lane (AVX2) vectors the table made it 1.29x -> 1.16x ALiBi's fused path, with 16-lane
-# (AVX-512) ones log1p per score measured 1.15-1.18x against the table's 1.22-1.26x.
+# 8-lane (AVX2) vectors the table made it clearly cheaper (benchmarks/results/
+# fused_schemes_avx2*.json); with 16-lane (AVX-512) ones log1p per score and the table
+# measured within the noise of identical code, so either choice is supported by the data.
 LOG_TABLE_MAX_VECTOR_BITS = 256
 
 
