@@ -25,7 +25,7 @@ BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = sorted(BOOK.glob("*.ipynb"))
 # The argument that carries what was measured, by position (after the claim) and by name.
 CHECKS = {"holds": "ok", "at_most": "value", "at_least": "value", "between": "value",
-          "roundoff": "error"}  # fmt: skip
+          "roundoff": "error", "equal": "value"}  # fmt: skip
 
 
 def code(path: Path) -> tuple[str, list[tuple[int, int]]]:
@@ -42,6 +42,12 @@ def code(path: Path) -> tuple[str, list[tuple[int, int]]]:
             starts.append((line, index))
             line += text.count("\n")
     return "".join(parts), starts
+
+
+# methods that change a list, dict or set in place: a name bound to an empty literal and then
+# filled is not a constant
+MUTATORS = {"append", "extend", "insert", "update", "add", "setdefault", "pop", "remove",
+            "clear", "sort", "reverse", "discard"}  # fmt: skip
 
 
 def is_constant(node: ast.AST) -> bool:
@@ -72,6 +78,13 @@ def constant_names(tree: ast.AST) -> set[str]:
             other.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             other.add(node.name)
+        elif (  # a container filled after it was bound: changed = []; changed.append(...)
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.attr in MUTATORS
+        ) or (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name)):  # fmt: skip
+            other.add(node.value.id)
     return {
         name
         for name, values in assigned.items()
@@ -121,6 +134,8 @@ def test_no_claims_check_on_a_constant(path):
         'claims.roundoff("x", 0, 1e-12)',
         'ok = True\nclaims.holds("x", ok)',
         'ok = True\nok = True\nclaims.holds("x", ok)',
+        'claims.equal("x", 3, 3)',
+        'n = [1, 2]\nclaims.equal("x", n, [1, 2])',
     ],
 )
 def test_a_constant_condition_is_found(source):
@@ -140,6 +155,8 @@ def test_a_constant_condition_is_found(source):
         'ok = check()\nclaims.holds("x", ok)',
         'claims.holds("x", len(xs) == 3)',
         'a = 1\nclaims.at_most("x", a - b, 0.1)',
+        'found = []\nfor x in xs:\n    found.append(x)\nclaims.equal("x", found, [1])',
+        'seen = {}\nseen["a"] = f()\nclaims.equal("x", seen, {"a": 1})',
     ],
 )
 def test_a_measured_condition_is_not_flagged(source):
