@@ -89,6 +89,7 @@ DEFINING: dict[str, dict[str, str]] = {
         "0.4": "xPos's gamma",
         "1.4": "1 + gamma",
         "0.1": "the threshold the exercise sets",
+        "0.25": "p of Gemma 4's global layers, quoted from transformers 5.23.0 configuration_gemma4.py",
     },
     "complex_derivation": {
         "0.5": "the threshold of the check on the run-to-run difference (a bound)",
@@ -104,6 +105,7 @@ DEFINING: dict[str, dict[str, str]] = {
     "lab_language_models": {
         "95": "the confidence level of the t-intervals (a choice)",
         "0.9": "the threshold of the passkey proposition (frozen in propositions.py)",
+        "90": "the level of the TOST interval, two one-sided tests at 5% (a choice)",
         "1.6": "a threshold the exercise sets",
         "2.5": "a threshold the exercise sets",
     },
