@@ -69,6 +69,24 @@ def test_frequencies_equal_transformers_proportional(dim, p, base):
     torch.testing.assert_close(got.float(), want, rtol=1e-6, atol=0)
 
 
+def _draws(seed: int, count: int) -> list[tuple[int, float, float]]:
+    """(dim, p, base) drawn by a seeded generator: even dims 2-512, p in [0, 1], bases
+    10^2-10^7 (the test fixes the ranges, not the cases)."""
+    g = torch.Generator().manual_seed(seed)
+    draws = []
+    for _ in range(count):
+        dim = 2 * int(torch.randint(1, 257, (), generator=g))
+        p = round(float(torch.rand((), generator=g)), 3)
+        base = float(10 ** (2 + 5 * float(torch.rand((), generator=g))))
+        draws.append((dim, p, base))
+    return draws
+
+
+@pytest.mark.parametrize(("dim", "p", "base"), _draws(2026, 25))
+def test_frequencies_equal_transformers_proportional_on_drawn_configs(dim, p, base):
+    test_frequencies_equal_transformers_proportional(dim, p, base)
+
+
 def test_transformers_config_reads_back_as_this_scheme():
     # posenc's own transformers reader builds the same frequencies from Gemma 4's config
     params = {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
