@@ -51,7 +51,14 @@ from .cope import CoPE
 from .da_transformer import DAAttention, learnable_sigmoid
 from .fire import FIRE
 from .flex import PaddedHeadDim, flex_available, supports_flex
-from .hf import ROPE_TYPES, rope_from_transformers, rope_scaling_from_transformers
+from .hf import (
+    ROPE_LAYER_FAMILIES,
+    ROPE_TYPES,
+    LayerPositions,
+    rope_from_transformers,
+    rope_layers_from_transformers,
+    rope_scaling_from_transformers,
+)
 from .kerple import Kerple
 from .kv_cache import KVCache
 from .learned import LearnedEmbedding
@@ -83,6 +90,7 @@ from .stickbreaking import (
     stickbreaking_weights,
 )
 from .t5 import T5RelativeBias, t5_relative_bucket
+from .temperature import TemperedNoPE, llama4_temperature
 from .transformer_xl import (
     TransformerXLAttention,
     TransformerXLScheme,
@@ -119,6 +127,8 @@ __all__ = [
     "scheme_table",
     # the schemes, one module each
     "NoPE",
+    "TemperedNoPE",
+    "llama4_temperature",
     "SinusoidalEmbedding",
     "sinusoidal_table",
     "sinusoidal_inv_freq",
@@ -168,6 +178,9 @@ __all__ = [
     "KVCache",
     # Hugging Face transformers configs
     "rope_from_transformers",
+    "rope_layers_from_transformers",
+    "LayerPositions",
+    "ROPE_LAYER_FAMILIES",
     "rope_scaling_from_transformers",
     "ROPE_TYPES",
     # multi-dimensional positions: grids, axial encodings, multimodal RoPE

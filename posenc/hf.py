@@ -11,7 +11,12 @@ Two readers of the dict that transformers keeps in ``config.rope_scaling``
   as ``rotary_dim``, scaling), a :class:`posenc.mrope.MultimodalRotaryEmbedding`
   when the dict has ``mrope_section`` (Qwen-VL, GLM-V), or a dict with one of
   those per layer type when ``rope_parameters`` is nested by layer type
-  (Gemma 3 and 4: ``{"sliding_attention": {...}, "full_attention": {...}}``).
+  (Gemma 3 and 4: ``{"sliding_attention": {...}, "full_attention": {...}}``);
+* :func:`rope_layers_from_transformers` reads a whole model config and says, layer
+  by layer, how it treats positions (:class:`LayerPositions`: which layers rotate and
+  with which RoPE, which are NoPE, which attend through a sliding window or in
+  chunks, which carry Llama 4's query temperature), for the per-layer patterns that
+  2025's models ship (Llama 4, Cohere2, SmolLM3, Gemma 3).
 
 The first, with its table :data:`ROPE_TYPES`, is defined in :mod:`posenc.scaling`
 beside the scalings it builds, and re-exported here: this module imports
@@ -27,6 +32,7 @@ cannot reproduce is refused, never approximated.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeAlias, Union
 
@@ -42,7 +48,14 @@ from .scaling import (  # the reader of one flat dict lives beside the scalings 
 #: What :func:`rope_from_transformers` builds for one layer type.
 Rope: TypeAlias = Union[RotaryEmbedding, MultimodalRotaryEmbedding]  # noqa: UP007
 
-__all__ = ["ROPE_TYPES", "rope_from_transformers", "rope_scaling_from_transformers"]
+__all__ = [
+    "ROPE_TYPES",
+    "ROPE_LAYER_FAMILIES",
+    "LayerPositions",
+    "rope_from_transformers",
+    "rope_layers_from_transformers",
+    "rope_scaling_from_transformers",
+]
 
 # ---------------------------------------------------------------------- whole RoPE
 
@@ -215,3 +228,161 @@ def _one_rope(
     return RotaryEmbedding(
         head_dim, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling
     )
+
+
+# ---------------------------------------------------------------------- per layer
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPositions:
+    """How one attention layer of a transformers model treats positions.
+
+    What :func:`rope_layers_from_transformers` reports for each layer.
+
+    Parameters
+    ----------
+    layer_type
+        The layer's entry of ``config.layer_types`` (``"full_attention"``,
+        ``"sliding_attention"`` or ``"chunked_attention"``).
+    rope
+        The RoPE the layer applies to its queries and keys, or ``None`` for a
+        NoPE layer (no rotation).
+    sliding_window
+        ``w``: query ``i`` sees keys ``i - w < j <= i`` (transformers'
+        ``sliding_window_overlay``), or ``None``.
+    chunk
+        ``c``: query ``i`` sees keys ``j <= i`` with ``j // c == i // c`` (Llama 4's
+        chunked attention, ``chunked_overlay``), or ``None``.
+    temperature
+        ``(attn_scale, floor_scale)`` of Llama 4's query temperature on a NoPE layer
+        (:class:`posenc.TemperedNoPE`), or ``None``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> layer = posenc.LayerPositions("sliding_attention", posenc.RotaryEmbedding(8),
+    ...                               sliding_window=4)
+    >>> layer.base, layer.rotates
+    (10000.0, True)
+    """
+
+    layer_type: str
+    rope: Rope | None
+    sliding_window: int | None = None
+    chunk: int | None = None
+    temperature: tuple[float, int] | None = None
+
+    @property
+    def rotates(self) -> bool:
+        """Whether the layer applies RoPE."""
+        return self.rope is not None
+
+    @property
+    def base(self) -> float | None:
+        """The RoPE base of the layer, ``None`` for a NoPE layer."""
+        return None if self.rope is None else self.rope.base
+
+
+#: The model types :func:`rope_layers_from_transformers` reads (a composite config, such
+#: as Llama 4's or Gemma 3's with a vision tower, is read through its text config).
+ROPE_LAYER_FAMILIES = ("llama4_text", "cohere2", "smollm3", "gemma3_text")
+
+
+def rope_layers_from_transformers(config: Any) -> tuple[LayerPositions, ...]:
+    """Per layer, how a transformers config's model treats positions.
+
+    Reads the config's attributes as transformers 5.23's modeling code reads them,
+    for the families that mix RoPE and NoPE or two RoPE bases across layers:
+
+    * ``llama4_text`` (Llama 4, iRoPE): a layer rotates when
+      ``config.no_rope_layers[i]`` is 1 (``Llama4TextAttention.use_rope``); a
+      ``"chunked_attention"`` layer type attends in chunks of
+      ``config.attention_chunk_size``; a NoPE layer carries the query temperature
+      ``(config.attn_scale, config.floor_scale)`` when
+      ``config.attn_temperature_tuning``.  RoPE pairs adjacent features
+      (``apply_rotary_emb``'s complex view: ``layout="interleaved"``);
+    * ``cohere2`` (Command R7B, Command A): only the ``"sliding_attention"``
+      layers rotate, with window ``config.sliding_window``
+      (``Cohere2Attention.sliding_window``, which gates ``apply_rotary_pos_emb``);
+      pairs adjacent features (its ``rotate_half`` splits ``x[..., ::2]``);
+    * ``smollm3``: a layer rotates when ``config.no_rope_layers[i]`` is 1
+      (``SmolLM3Attention.use_rope``); a window of ``config.sliding_window`` when
+      ``config.use_sliding_window`` and the layer type is ``"sliding_attention"``;
+      ``layout="half"``;
+    * ``gemma3_text``: every layer rotates, with the RoPE of its layer type in the
+      nested ``config.rope_parameters`` (base ``rope_local_base_freq``, 10^4 by
+      default, on ``"sliding_attention"`` layers; 10^6 on ``"full_attention"``
+      ones); window ``config.sliding_window`` on sliding layers; ``layout="half"``.
+      A bidirectional config (``use_bidirectional_attention``) is refused.
+
+    Parameters
+    ----------
+    config
+        A transformers ``PretrainedConfig`` of one of :data:`ROPE_LAYER_FAMILIES` (or a
+        composite config whose ``get_text_config()`` is one).
+
+    Returns
+    -------
+    One :class:`LayerPositions` per layer, in order.  Layers of one RoPE share one
+    module.  Anything else a config may say (qk-norm, logit soft-capping, MoE) is
+    not positional and not reported; a model type not in :data:`ROPE_LAYER_FAMILIES`
+    raises ``ValueError``.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> from transformers import Cohere2Config
+    >>> config = Cohere2Config(num_hidden_layers=4, hidden_size=64, num_attention_heads=4,
+    ...                        sliding_window=16)
+    >>> [(p.layer_type, p.base, p.sliding_window)
+    ...  for p in posenc.rope_layers_from_transformers(config)]
+    [('sliding_attention', 10000.0, 16), ('sliding_attention', 10000.0, 16),
+     ('sliding_attention', 10000.0, 16), ('full_attention', None, None)]
+    """
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    family = getattr(config, "model_type", None)
+    if family not in ROPE_LAYER_FAMILIES:
+        raise ValueError(
+            f"config must be a transformers config of model type "
+            f"{', '.join(map(repr, ROPE_LAYER_FAMILIES))}, got model type {family!r}"
+        )
+    layers = check_int("num_hidden_layers", config.num_hidden_layers, minimum=1)
+    types = list(config.layer_types)
+    if len(types) != layers:
+        raise ValueError(f"config.layer_types must have {layers} entries, got {len(types)}")
+    head_dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // config.num_attention_heads
+    )
+    layout = "interleaved" if family in ("llama4_text", "cohere2") else "half"
+    if family == "gemma3_text" and getattr(config, "use_bidirectional_attention", False):
+        raise ValueError("config.use_bidirectional_attention must be False (a causal Gemma 3)")
+    rope = rope_from_transformers(
+        config.rope_parameters, head_dim, layout=layout,
+        max_position_embeddings=config.max_position_embeddings,
+    )  # fmt: skip
+    out = []
+    for i, layer_type in enumerate(types):
+        window = chunk = temperature = None
+        if family in ("llama4_text", "smollm3"):
+            rotates = bool(config.no_rope_layers[i])
+        else:
+            rotates = family == "gemma3_text" or (
+                layer_type == "sliding_attention" and config.sliding_window is not None
+            )
+        if layer_type == "sliding_attention" and (family != "smollm3" or config.use_sliding_window):
+            window = config.sliding_window
+        if family == "llama4_text":
+            if layer_type == "chunked_attention":
+                chunk = config.attention_chunk_size
+                if chunk is None:  # transformers' create_chunked_causal_mask refuses it too
+                    raise ValueError(
+                        f"layer {i} is chunked_attention but config.attention_chunk_size is None"
+                    )
+            if config.attn_temperature_tuning and not rotates:
+                temperature = (float(config.attn_scale), int(config.floor_scale))
+        layer_rope = None
+        if rotates:
+            layer_rope = rope[layer_type] if isinstance(rope, dict) else rope
+        out.append(LayerPositions(layer_type, layer_rope, window, chunk, temperature))
+    return tuple(out)

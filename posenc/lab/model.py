@@ -16,6 +16,11 @@ The lab's settings of the original schemes (``rope_base``, ``shaw_clip``,
 ``t5_buckets``, ``t5_max_distance``, ``table_len``) are options passed to
 ``build``; the stored results were made with them.
 
+A per-layer pattern (``pattern=``, a :class:`~posenc.lab.LayerSpec` per layer, see
+:mod:`posenc.lab.patterns`) gives each layer its own scheme, options, sliding window
+or chunk, as Llama 4, Cohere2, SmolLM3 and Gemma 3 do; without one the model is
+built exactly as before.
+
 Shapes: tokens ``(batch, seq)`` int64 -> logits ``(batch, seq, vocab)``;
 attention runs on ``(batch, heads, seq, head_dim)`` with ``causal=True``.
 Memory: beyond what each scheme's eager path builds (``quadratic_memory`` in
@@ -24,6 +29,7 @@ Memory: beyond what each scheme's eager path builds (``quadratic_memory`` in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import torch
@@ -33,6 +39,8 @@ import posenc
 
 from .._checks import check_choice, check_float, check_int
 from ..scheme import PositionalScheme
+from ..temperature import TemperedNoPE
+from .patterns import LayerSpec
 
 __all__ = ["SCHEMES", "INJECTIONS", "TinyDecoder", "check_scheme"]
 
@@ -146,12 +154,35 @@ class TinyDecoder(nn.Module):
     options
         More keyword arguments for the scheme's ``build``, e.g. a new scheme's
         settings.
+    pattern
+        ``None`` (every layer the same scheme), or one :class:`~posenc.lab.LayerSpec`
+        per layer (``len(pattern) == layers``): each layer builds its own scheme (the
+        spec's, or ``scheme`` with the settings above where the spec's is ``None``;
+        the spec's options override the settings), attends within its window or
+        chunk, and on a NoPE layer with a ``temperature`` is
+        :class:`posenc.TemperedNoPE`.  ``scheme`` must then act on attention, and no
+        layer's scheme may be shared across layers (T5).  The layers are built in
+        order, each scheme before its block, as without a pattern: a pattern whose
+        specs are all ``LayerSpec()`` gives the same model.
 
     Attribute ``window`` (default ``None``): when set to an int ``w``, every
     query attends only to its last ``w`` keys (itself and the ``w - 1`` before
     it), through a keep-mask passed to ``posenc.attention``; the lab's
     window-of-``L`` control of the recall task sets it on a copy of a trained
-    model.
+    model.  It applies on top of every layer's own window or chunk.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.lab import TinyDecoder, layer_pattern
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyDecoder(16, "rope", 8, layers=4, pattern=layer_pattern("irope", 4, 8))
+    >>> model.layer_schemes
+    ('rope', 'rope', 'rope', 'none')
+    >>> [type(b.encoding).__name__ for b in model.blocks]
+    ['RotaryEmbedding', 'RotaryEmbedding', 'RotaryEmbedding', 'TemperedNoPE']
+    >>> model(torch.zeros(2, 8, dtype=torch.long)).shape
+    torch.Size([2, 8, 16])
     """
 
     def __init__(
@@ -171,6 +202,7 @@ class TinyDecoder(nn.Module):
         t5_max_distance: int | None = None,
         alibi_slope_scale: float = 1.0,
         options: dict[str, Any] | None = None,
+        pattern: Sequence[LayerSpec] | None = None,
     ) -> None:
         super().__init__()
         self.vocab = check_int("vocab", vocab, minimum=1)
@@ -225,6 +257,11 @@ class TinyDecoder(nn.Module):
             # one that acts on attention is a PositionalScheme (posenc.attention takes no other)
             return cast(PositionalScheme, build())
 
+        self.pattern: tuple[LayerSpec, ...] | None = None
+        self.layer_schemes: tuple[str, ...] = (scheme,) * layers
+        if pattern is not None:
+            self._build_pattern(pattern, layers, settings, build, vocab)
+            return
         self.embed = nn.Embedding(vocab, d_model)
         self.tables: nn.ModuleList | None = None
         if self.on_input:
@@ -239,10 +276,75 @@ class TinyDecoder(nn.Module):
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.window: int | None = None
 
+    def _build_pattern(
+        self,
+        pattern: Sequence[LayerSpec],
+        layers: int,
+        settings: dict[str, dict[str, int | float | None]],
+        build: Callable[[], nn.Module],
+        vocab: int,
+    ) -> None:
+        """The rest of ``__init__`` for a per-layer ``pattern``: one scheme per layer."""
+        specs = tuple(pattern)
+        if len(specs) != layers or not all(isinstance(s, LayerSpec) for s in specs):
+            raise ValueError(
+                f"pattern must hold one posenc.lab.LayerSpec per layer ({layers}), got {specs!r}"
+            )
+        if self.on_input:
+            raise ValueError(f"pattern needs a scheme that acts on attention, got {self.scheme!r}")
+        names = tuple(self.scheme if s.scheme is None else s.scheme for s in specs)
+        for i, name in enumerate(names):
+            if posenc.SCHEMES[name].shared_across_layers:
+                raise ValueError(
+                    f"pattern layer {i}: scheme {name!r} is shared across layers; a pattern "
+                    "builds one scheme per layer"
+                )
+        self.pattern = specs
+        self.layer_schemes = names
+        head_dim = self.d_model // self.heads
+
+        def layer_scheme(spec: LayerSpec, name: str) -> PositionalScheme:
+            if spec.temperature is not None:  # Llama 4's NoPE layers
+                scale, floor = spec.temperature
+                return TemperedNoPE(attn_scale=scale, floor_scale=floor)
+            if spec.scheme is None and not spec.options:  # the model's own, as without a pattern
+                return cast(PositionalScheme, build())
+            base = self._options if spec.scheme is None else settings.get(name, {})
+            options = {k: v for k, v in {**base, **spec.options}.items() if v is not None}
+            made: nn.Module = posenc.SCHEMES[name].build(
+                self.heads, head_dim, max_len=self.train_len, causal=True, **options
+            )
+            if name == "alibi" and self.alibi_slope_scale != 1.0:
+                cast(torch.Tensor, made.slopes).mul_(self.alibi_slope_scale)
+            return cast(PositionalScheme, made)  # it acts on attention (LayerSpec checks)
+
+        self.embed = nn.Embedding(vocab, self.d_model)
+        self.tables = None
+        self.blocks = nn.ModuleList(
+            _Block(self.d_model, self.heads, layer_scheme(spec, name))
+            for spec, name in zip(specs, names, strict=True)
+        )
+        self.shared = None
+        self.ln_f = nn.LayerNorm(self.d_model)
+        self.head = nn.Linear(self.d_model, vocab, bias=False)
+        self.window = None
+
     # ------------------------------------------------------------------ positions
 
     def set_rope_scaling(self, scaling: posenc.RopeScaling | None) -> None:
-        """Use RoPE with ``scaling`` (a :class:`posenc.RopeScaling` or ``None``) from now on."""
+        """Use RoPE with ``scaling`` (a :class:`posenc.RopeScaling` or ``None``) from now on.
+
+        With a pattern: on every RoPE layer, each keeping its own base and layout."""
+        if self.pattern is not None:
+            if "rope" not in self.layer_schemes:
+                raise ValueError("scaling needs a layer with scheme 'rope', the pattern has none")
+            for name, block in zip(self.layer_schemes, self.blocks, strict=True):
+                if name == "rope":
+                    old = cast(posenc.RotaryEmbedding, block.encoding)
+                    block.encoding = posenc.RotaryEmbedding(
+                        old.dim, base=old.base, layout=old.layout, scaling=scaling
+                    )
+            return
         if self.scheme != "rope":
             raise ValueError(f"scaling needs scheme 'rope', got scheme {self.scheme!r}")
         rope = posenc.RotaryEmbedding(
@@ -282,6 +384,8 @@ class TinyDecoder(nn.Module):
         if self.window is not None:
             window = check_int("window", self.window, minimum=1)
             mask = positions[:, None] - positions[None, :] < window  # keys i - w < j (<= i)
+        if self.pattern is not None:
+            return self._forward_pattern(x, positions, mask)
         for i, block in enumerate(self.blocks):
             # self.tables is set exactly when self.on_input
             if self.tables is not None and (i == 0 or self.inject == "every"):
@@ -291,9 +395,34 @@ class TinyDecoder(nn.Module):
         logits: torch.Tensor = self.head(self.ln_f(x))
         return logits
 
+    def _forward_pattern(
+        self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The layers of a pattern, each with the model's mask and its own window or chunk."""
+        assert self.pattern is not None
+        masks: dict[tuple[int | None, int | None], torch.Tensor | None] = {}
+        for spec, block in zip(self.pattern, self.blocks, strict=True):
+            key = (spec.window, spec.chunk)
+            if key not in masks:
+                keep = mask
+                if spec.window is not None:  # keys i - w < j (<= i), transformers' overlay
+                    near = positions[:, None] - positions[None, :] < spec.window
+                    keep = near if keep is None else keep & near
+                if spec.chunk is not None:  # keys in the query's chunk (Llama 4)
+                    same = positions[:, None] // spec.chunk == positions[None, :] // spec.chunk
+                    keep = same if keep is None else keep & same
+                masks[key] = keep
+            x = block(x, block.encoding, masks[key])
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
+
     def extra_repr(self) -> str:
         window = "" if self.window is None else f", window={self.window}"
-        return f"scheme={self.scheme!r}, train_len={self.train_len}, inject={self.inject!r}{window}"
+        pattern = "" if self.pattern is None else f", layer_schemes={self.layer_schemes}"
+        return (
+            f"scheme={self.scheme!r}, train_len={self.train_len}, inject={self.inject!r}"
+            f"{pattern}{window}"
+        )
 
 
 def num_parameters(model: nn.Module) -> int:
