@@ -264,11 +264,11 @@ class ForgettingAttention(PositionalScheme):
 
     @classmethod
     def examples(cls, num_heads: int, head_dim: int) -> dict[str, PositionalScheme]:
-        """A data gate bound to a fixed random input (batch 1, 64 positions), and a fixed gate.
+        """A data gate bound to a fixed random input (batch 1, 512 positions), and a fixed gate.
 
         Both draw parameters far from their initialisation, so that heads and
         positions differ (gates between about 0.3 and 0.99).  The bound table
-        has batch 1, so it serves any batch, and covers positions 0 .. 63.
+        has batch 1, so it serves any batch, and covers positions 0 .. 511.
         """
         g = torch.Generator().manual_seed(1234)
         data = cls.build(num_heads, head_dim)
@@ -277,7 +277,7 @@ class ForgettingAttention(PositionalScheme):
             proj = data.gate.proj
             proj.weight.copy_(torch.randn(proj.weight.shape, generator=g) / data.model_dim**0.5)
             proj.bias.copy_(torch.linspace(-1.0, 4.0, num_heads))
-            x = torch.randn(1, 64, data.model_dim, generator=g)
+            x = torch.randn(1, 512, data.model_dim, generator=g)
             bound = data.bind(x)
         fixed = cls.build(num_heads, head_dim, gate="fixed")
         with torch.no_grad():

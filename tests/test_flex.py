@@ -475,6 +475,9 @@ def test_any_order_of_schemes_head_counts_and_dtypes_compiles():
                     for name in kinds if round_ == 0 else reversed(kinds):
                         scheme = posenc.SCHEMES[name].build(heads, 32, max_len=64)
                         n = 150 + 37 * round_
+                        if scheme.reads_input:  # FoX's gates: bound to a layer input
+                            x = torch.randn(1, n, scheme.model_dim, generator=g)
+                            scheme = scheme.bind(x)
                         q, k, v = (torch.randn(1, heads, n, 32, generator=g) for _ in range(3))
                         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
                         got = attention(q, k, v, encoding=scheme, causal=True, backend="flex")

@@ -20,7 +20,9 @@ after the claims were frozen in :mod:`posenc.lab.propositions`), and
 the claims of the second freeze, :mod:`posenc.lab.warmup_propositions`) and
 ``posenc/lab/results/recall-warmup-confirmation.json`` (seeds 15-24, run after
 it).  :data:`WITHDRAWN` names the stated claims that a confirmation set did not
-replicate.
+replicate.  Flip-flop language modelling (:mod:`posenc.lab.flipflop`, presets
+``fflm`` and ``fflm-length``) reproduces the PaTH paper's Table 1; its claims were
+frozen in :mod:`posenc.lab.fflm_propositions` before any run of its seeds (35-44).
 
 Importing this package needs only PyTorch; progress bars (``tqdm``) and
 plots (``matplotlib``) are imported when used.
@@ -35,10 +37,11 @@ from typing import Any
 
 from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
-from .fflm import FFLM_TOKENS, FlipFlopTask, flip_flop
+from .fflm import FFLM_TOKENS, FlipFlopTask, flip_flop, read_errors
 from .gains import SESOI_ACCURACY, SESOI_LOSS, recall_gains, wilcoxon_exact
-from .lab import PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
+from .lab import FFLM_SCHEMES, PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
+from .patterns import LAYER_PATTERNS, LayerSpec, layer_pattern, pattern_from_layers
 from .recall import learned_seeds
 from .replication import DECLARED_SEEDS, WITHDRAWN, replication_tally
 from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
@@ -52,8 +55,10 @@ __all__ = [
     "DECLARED_SEEDS",
     "DESCRIPTIONS",
     "EXPERIMENTS",
+    "FFLM_SCHEMES",
     "FFLM_TOKENS",
     "INJECTIONS",
+    "LAYER_PATTERNS",
     "PRESETS",
     "PROPOSITIONS",
     "RESULTS_DIR",
@@ -69,6 +74,7 @@ __all__ = [
     "Lab",
     "LabConfig",
     "LanguageTask",
+    "LayerSpec",
     "PasskeyTask",
     "RecallTask",
     "RetrievalTask",
@@ -83,12 +89,15 @@ __all__ = [
     "failures",
     "flip_flop",
     "frozen_hash",
+    "layer_pattern",
     "learned_seeds",
     "load_results",
     "merge",
     "parse_seeds",
+    "pattern_from_layers",
     "peak_memory_mb",
     "propositions_for",
+    "read_errors",
     "recall_gains",
     "replication_tally",
     "results_path",

@@ -22,10 +22,12 @@ import torch
 import posenc
 
 from . import curves as _curves
+from . import flipflop as _flipflop
 from . import recall as _recall
 from . import sweeps as _sweeps
 from .lab import ROPE_METHODS, Lab, Row, loss_row, rope_scaling_for, rounded
 from .model import TinyDecoder
+from .patterns import LAYER_PATTERNS
 from .train import evaluate_accuracy, seed_for, train
 
 __all__ = [
@@ -332,9 +334,10 @@ def injection(lab: Lab) -> list[Row]:
 
 #: Every experiment of the lab, ``{name: function}``: each function takes a :class:`Lab`
 #: and returns its tidy table (a list of flat ``dict`` rows).  The seven of this module,
-#: then those of :mod:`posenc.lab.curves`, :mod:`posenc.lab.sweeps` and
-#: :mod:`posenc.lab.recall`, in the order the chapter shows them; :data:`DESCRIPTIONS`
-#: says in one line what each asks, and :func:`run_all` runs them by name.
+#: then those of :mod:`posenc.lab.curves`, :mod:`posenc.lab.sweeps`,
+#: :mod:`posenc.lab.recall` and :mod:`posenc.lab.flipflop`, in the order the chapter
+#: shows them; :data:`DESCRIPTIONS` says in one line what each asks, and
+#: :func:`run_all` runs them by name.
 EXPERIMENTS = {
     "training": training,
     "extrapolation": extrapolation,
@@ -360,16 +363,22 @@ DESCRIPTIONS = {
 }
 
 # the experiments of the other modules, in the order the chapter shows them
-for _module in (_curves, _sweeps, _recall):
+for _module in (_curves, _sweeps, _recall, _flipflop):
     EXPERIMENTS.update(_module.EXPERIMENTS)
     DESCRIPTIONS.update(_module.DESCRIPTIONS)
 
 #: What each preset runs by default (``python -m posenc.lab --preset P``): the
-#: recall task needs a longer training budget, so it is a preset of its own.
+#: recall task needs a longer training budget, so it is a preset of its own, and so is
+#: flip-flop language modelling, whose model has its own shape.
 RECALL_EXPERIMENTS = tuple(_recall.EXPERIMENTS)
+FFLM_EXPERIMENTS = tuple(_flipflop.EXPERIMENTS)
 PRESET_EXPERIMENTS = {
-    "full": tuple(n for n in EXPERIMENTS if n not in RECALL_EXPERIMENTS),
+    "full": tuple(n for n in EXPERIMENTS if n not in RECALL_EXPERIMENTS + FFLM_EXPERIMENTS),
     "recall": RECALL_EXPERIMENTS,
     "recall-warmup": RECALL_EXPERIMENTS,
+    "fflm": FFLM_EXPERIMENTS,
+    "fflm-length": FFLM_EXPERIMENTS,
     "smoke": tuple(EXPERIMENTS),
+    # the layer patterns of 2025's models and their 4-layer baselines: the recall task
+    **{name: RECALL_EXPERIMENTS for name in (*LAYER_PATTERNS, "baseline-4l")},
 }

@@ -23,11 +23,15 @@ FFL(0.98) (sparse: long gaps between a write and its read) and FFL(0.1) (dense).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
+import torch.nn.functional as F
 
 from .._checks import check_float, check_int
 
-__all__ = ["FFLM_TOKENS", "FlipFlopTask", "flip_flop"]
+__all__ = ["FFLM_TOKENS", "FlipFlopTask", "flip_flop", "read_errors"]
 
 #: Token ids of the alphabet, in the order the model's vocabulary holds them.
 FFLM_TOKENS = {"w": 0, "r": 1, "i": 2, "0": 3, "1": 4}
@@ -140,3 +144,90 @@ class FlipFlopTask:
 
     def __repr__(self) -> str:
         return f"FlipFlopTask(p_ignore={self.p_ignore})"
+
+
+# maps int64 tokens (batch, length) to logits (batch, length, vocab)
+_Logits = Callable[[torch.Tensor], torch.Tensor]
+
+
+def read_errors(
+    model: _Logits | torch.nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    max_batch: int = 16,
+) -> tuple[int, int, float]:
+    """How many reads ``model`` gets wrong: ``(reads, errors, loss)``.
+
+    Parameters
+    ----------
+    model
+        Maps int64 tokens ``(batch, length)`` to logits ``(batch, length, vocab)``:
+        a :class:`~posenc.lab.TinyDecoder` (put in eval mode here) or any function.
+    inputs, targets, weights
+        From :meth:`FlipFlopTask.batch <posenc.lab.FlipFlopTask.batch>`, each
+        ``(batch, length)``: ``weights`` is 1 exactly where ``targets`` is a read's bit.
+    max_batch
+        Sequences per forward pass (bounds the memory of the attention weights).
+
+    Returns
+    -------
+    reads : int
+        The scored positions (``weights > 0``).
+    errors : int
+        Those where the argmax of the logits over the whole vocabulary is not the
+        target (the first maximal token on a tie).
+    loss : float
+        The mean cross-entropy at the scored positions, nats per read, accumulated in
+        float64 (NaN when nothing is scored).
+
+    Examples
+    --------
+    A function that names the last written bit at every position never errs; one
+    that always says ``1`` errs on about half the reads:
+
+    >>> import torch
+    >>> from posenc.lab import FFLM_TOKENS, FlipFlopTask
+    >>> from posenc.lab.fflm import read_errors
+    >>> x, y, w = FlipFlopTask(0.8).batch(64, 511, torch.Generator().manual_seed(0))
+    >>> def oracle(tokens):
+    ...     written = torch.zeros(tokens.shape, dtype=torch.long)
+    ...     last = torch.zeros(tokens.shape[0], dtype=torch.long)
+    ...     for t in range(1, tokens.shape[1]):  # the bit after each w
+    ...         is_write = tokens[:, t - 1] == FFLM_TOKENS["w"]
+    ...         last = torch.where(is_write, tokens[:, t], last)
+    ...         written[:, t] = last
+    ...     return torch.nn.functional.one_hot(written, 5).double()
+    >>> reads, errors, _ = read_errors(oracle, x, y, w)
+    >>> reads == int(w.sum()), errors
+    (True, 0)
+    >>> ones = lambda tokens: torch.nn.functional.one_hot(
+    ...     torch.full(tokens.shape, FFLM_TOKENS["1"]), 5).double()
+    >>> 0.4 < read_errors(ones, x, y, w)[1] / reads < 0.6
+    True
+    """
+    max_batch = check_int("max_batch", max_batch, minimum=1)
+    if not inputs.shape == targets.shape == weights.shape or inputs.dim() != 2:
+        raise ValueError(
+            "inputs, targets and weights must share one shape (batch, length), got "
+            f"{tuple(inputs.shape)}, {tuple(targets.shape)} and {tuple(weights.shape)}"
+        )
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    device = inputs.device
+    if isinstance(model, torch.nn.Module):
+        device = next(iter(model.parameters()), inputs).device
+    reads = errors = 0
+    total = 0.0
+    for start in range(0, len(inputs), max_batch):
+        chunk = slice(start, start + max_batch)
+        x, y = inputs[chunk].to(device), targets[chunk].to(device)
+        scored = weights[chunk].to(device) > 0
+        logits = model(x)[scored]  # (reads, vocab)
+        wanted = y[scored]
+        reads += int(scored.sum())
+        errors += int((logits.argmax(-1) != wanted).sum())
+        ce = F.cross_entropy(logits.double(), wanted, reduction="sum")
+        total += float(ce)
+    return reads, errors, total / reads if reads else math.nan

@@ -17,12 +17,17 @@ import torch
 import posenc
 
 from .._checks import check_choice, check_float, check_int
+from .fflm import FlipFlopTask, read_errors
 from .model import SCHEMES, TinyDecoder, check_scheme
+from .patterns import LAYER_PATTERNS, layer_pattern
 from .scoring import round_accuracies, rounded
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 from .train import evaluate_loss, seed_for, train
 
-__all__ = ["PRESETS", "ROPE_METHODS", "Lab", "LabConfig", "loss_row", "rope_scaling_for", "rounded"]
+__all__ = [
+    "FFLM_SCHEMES", "PRESETS", "ROPE_METHODS", "Lab", "LabConfig", "loss_row", "rope_scaling_for",
+    "rounded",
+]  # fmt: skip
 
 #: The ways of stretching RoPE that the experiments compare, as :func:`rope_scaling_for` names
 #: them: ``"none"`` (plain RoPE), ``"pi"`` (position interpolation,
@@ -51,6 +56,13 @@ class LabConfig:
         sweeps, the loss by position and the sliding windows).
     d_model, layers, heads
         Width, depth and number of heads of every :class:`TinyDecoder`.
+    layer_pattern
+        ``None`` (every layer the model's scheme), or a name of
+        :data:`~posenc.lab.LAYER_PATTERNS`: every model the run trains gets that
+        per-layer pattern (:func:`~posenc.lab.layer_pattern` at its depth, training
+        length and ``rope_base``), on the seeds of the same scheme without it.  Every
+        scheme of the run must then act on attention, one instance per layer.
+        :meth:`to_dict` leaves it out when ``None``.
     rope_base
         RoPE's base in the lab's models (100: every pair turns within ``L`` tokens).
     steps, batch, lr
@@ -99,6 +111,34 @@ class LabConfig:
         The schemes the recall task trains; ``()``: the same as ``schemes``.
     needle_depths
         Where the needle grid places its pair, as fractions of the context in [0, 1].
+    fflm_train_len, fflm_p_ignore
+        Flip-flop language modelling (:mod:`posenc.lab.flipflop`): every FFLM model is
+        trained on FFL(``fflm_p_ignore``) sequences of ``fflm_train_len`` tokens (even;
+        the model reads the first ``fflm_train_len - 1`` and predicts the next).
+    fflm_steps, fflm_batch, fflm_lr, fflm_warmup
+        Its training: steps, sequences per step, peak learning rate and warmup steps
+        (:func:`train`: AdamW without weight decay, gradients clipped to norm 1, a
+        linear warmup, then a cosine to 0).
+    fflm_eval_p, fflm_eval_lengths, fflm_eval_reads
+        Its evaluation: FFL(``p``) for each ``p`` of ``fflm_eval_p`` at each length of
+        ``fflm_eval_lengths`` (tokens, even), enough fresh sequences for about
+        ``fflm_eval_reads`` scored reads each.
+    fflm_probe_every, fflm_probe_sequences
+        The in-distribution read error and loss, probed during training every
+        ``fflm_probe_every`` steps on ``fflm_probe_sequences`` fixed sequences.
+
+        The FFLM fields' defaults are a smoke size (seconds; what the ``smoke``
+        preset runs); the ``fflm`` and ``fflm-length`` presets set their own.
+        :meth:`to_dict` leaves out an FFLM field at its default, so the configs
+        stored before these fields existed read and compare as they did.
+    compile_step
+        Train the models :meth:`Lab.model` makes with the compiled step
+        (:func:`train` with ``compiled=True``: forward pass and loss compiled by
+        ``torch.compile``, fused AdamW): the same training in exact arithmetic,
+        rounded differently, so the same results in distribution (tested against
+        the eager step over seeds).  ``False`` (default): the eager step, which
+        made every stored result.  :meth:`to_dict` leaves it out when ``False``,
+        so the stored configs read and compare as they did.
     seed
         The run's seed (``>= 0``): every model's and every batch's seed derives
         from it (:func:`seed_for`).
@@ -109,6 +149,8 @@ class LabConfig:
     d_model: int = 64
     layers: int = 2
     heads: int = 4
+    # a per-layer pattern (posenc.lab.patterns) for every model; None: one scheme
+    layer_pattern: str | None = None
     rope_base: float = 100.0
     steps: int = 600
     batch: int = 32
@@ -159,6 +201,22 @@ class LabConfig:
     recall_probe_sequences: int = 64
     recall_schemes: tuple[str, ...] = ()
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    # flip-flop language modelling (posenc.lab.flipflop): defaults of smoke size, which
+    # the fflm presets replace; written by to_dict only where they differ from these
+    fflm_train_len: int = 32
+    fflm_p_ignore: float = 0.8
+    fflm_steps: int = 20
+    fflm_batch: int = 16
+    fflm_lr: float = 3e-3
+    fflm_warmup: int = 2
+    fflm_eval_p: tuple[float, ...] = (0.8, 0.98, 0.1)
+    fflm_eval_lengths: tuple[int, ...] = (32,)
+    fflm_eval_reads: int = 256
+    fflm_probe_every: int = 10
+    fflm_probe_sequences: int = 8
+    # the compiled training step (train(compiled=True)); False: the eager step of the
+    # stored results (to_dict writes it only when True)
+    compile_step: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -169,12 +227,16 @@ class LabConfig:
             "finetune_factor", "curse_factor", "curse_sequences", "passkey_steps", "passkey_factor",
             "passkey_sequences", "wide_heads", "recall_steps", "recall_pairs", "recall_sequences",
             "lm_long_steps", "recall_band_answers", "recall_probe_every", "recall_probe_sequences",
+            "fflm_steps", "fflm_batch", "fflm_warmup", "fflm_eval_reads", "fflm_probe_every",
+            "fflm_probe_sequences",
         ):  # fmt: skip
             check_int(name, getattr(self, name), minimum=1)
         check_int("finetune_steps", self.finetune_steps, minimum=0)
         if self.recall_warmup is not None:
             check_int("recall_warmup", self.recall_warmup, minimum=1)
         check_int("seed", self.seed, minimum=0)
+        if not isinstance(self.compile_step, bool):
+            raise ValueError(f"compile_step must be a bool, got {self.compile_step!r}")
         if self.train_len < 4:
             raise ValueError(f"train_len must be >= 4, got {self.train_len}")
         if not self.eval_factors or any(
@@ -183,6 +245,15 @@ class LabConfig:
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
         for s in self.schemes + self.retrieval_schemes + tuple(self.recall_schemes):
             check_scheme(s)
+            cls = posenc.SCHEMES[s]
+            if self.layer_pattern is not None and (
+                cls.acts_on != "attention" or cls.shared_across_layers
+            ):
+                raise ValueError(
+                    f"layer_pattern needs schemes that act on attention, one per layer; got {s!r}"
+                )
+        if self.layer_pattern is not None:
+            check_choice("layer_pattern", self.layer_pattern, tuple(LAYER_PATTERNS))
         for name in ("rope_bases", "alibi_slope_scales", "yarn_betas", "needle_depths"):
             for v in getattr(self, name):
                 check_float(name, v, positive=name != "needle_depths")
@@ -192,6 +263,17 @@ class LabConfig:
             raise ValueError(f"needle_depths must lie in [0, 1], got {self.needle_depths}")
         for f in self.recall_factors:
             check_int("recall_factors", f, minimum=1)
+        check_float("fflm_lr", self.fflm_lr, positive=True)
+        if not self.fflm_eval_p or not self.fflm_eval_lengths:
+            raise ValueError("fflm_eval_p and fflm_eval_lengths must not be empty")
+        fflm_p = [("fflm_p_ignore", self.fflm_p_ignore)]
+        for name, p in fflm_p + [("fflm_eval_p", p) for p in self.fflm_eval_p]:
+            if not 0 <= check_float(name, p) < 1:
+                raise ValueError(f"{name} must lie in [0, 1), got {p}")
+        fflm_n = [("fflm_train_len", self.fflm_train_len)]
+        for name, n in fflm_n + [("fflm_eval_lengths", n) for n in self.fflm_eval_lengths]:
+            if check_int(name, n, minimum=4) % 2:
+                raise ValueError(f"{name} must be even (instruction, bit pairs), got {n}")
 
     @property
     def retrieval_schemes(self) -> tuple[str, ...]:
@@ -206,8 +288,15 @@ class LabConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, tuples as lists; ``passkey_schemes`` written out in full."""
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
+        """Every field, tuples as lists; ``passkey_schemes`` written out in full; the FFLM
+        fields (``fflm_*``) only where they differ from their defaults."""
+        d = {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in vars(self).items()
+            if not (k.startswith("fflm_") and v == _FFLM_DEFAULTS[k])
+            and not (k == "layer_pattern" and v is None)
+            and not (k == "compile_step" and v is False)
+        }
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 
     @classmethod
@@ -224,6 +313,12 @@ class LabConfig:
         }
         return cls(**fields)
 
+
+# The FFLM fields' defaults: to_dict leaves a field out at its default, so the configs
+# stored before these fields existed compare equal to their presets.
+_FFLM_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(LabConfig) if f.name.startswith("fflm_")
+}
 
 #: Fields of stored configs that set experiments no longer in the lab: ``recall_long_steps``
 #: and ``recall_long_schemes`` set ``recall_budget`` (RoPE, xPos, Kerple trained 9000 steps
@@ -248,10 +343,45 @@ _FULL = LabConfig(
     recall_warmup=150,
 )
 
+#: The schemes of the ``fflm`` presets: the four of the PaTH paper's Table 1 (RoPE,
+#: stick-breaking, FoX, PaTH), then NoPE, ALiBi and every other registered scheme that
+#: runs in a one-layer model at every evaluation length (see :mod:`posenc.lab.flipflop`).
+FFLM_SCHEMES = (
+    "rope", "stickbreaking", "fox", "path", "none", "alibi",
+)  # fmt: skip
+
+# the flip-flop model of the PaTH paper (§4.1): one layer, two heads, width 64 (~50k
+# parameters), RoPE at base 10^4; the FFLM paper's batch (16) and warmup (50 steps), at the
+# budget of posenc.lab.fflm_propositions.BUDGET: 400 steps (the paper's 10k do not fit a
+# 2-core CPU), the in-distribution errors probed every 50 steps, about 8192 reads scored
+# per split
+_FFLM = LabConfig(
+    d_model=64,
+    layers=1,
+    heads=2,
+    rope_base=10000.0,
+    schemes=FFLM_SCHEMES,
+    fflm_train_len=512,
+    fflm_steps=400,
+    fflm_batch=16,
+    fflm_lr=3e-4,
+    fflm_warmup=50,
+    fflm_eval_lengths=(512,),
+    fflm_eval_reads=8192,
+    fflm_probe_every=50,
+    fflm_probe_sequences=64,
+)
+
 #: The settings of the named runs (``python -m posenc.lab --preset NAME``): ``"full"``
 #: and ``"recall"`` (the stored runs, the same :class:`LabConfig`; they run other
 #: experiments), ``"recall-warmup"`` (the recall preset with a longer warmup, an
-#: ablation) and ``"smoke"`` (every experiment in seconds, for the tests).
+#: ablation), ``"fflm"`` (flip-flop language modelling as in the PaTH paper's Table 1:
+#: one layer, two heads, width 64, trained and scored at 512 tokens), ``"fflm-length"``
+#: (the same models trained at 128 tokens and scored at 128, 512 and 2048),
+#: ``"irope"``, ``"rnope-swa"``, ``"smollm3"`` and ``"gemma3-bases"`` (RoPE in a 4-layer
+#: model with that :data:`~posenc.lab.LAYER_PATTERNS` pattern, the recall preset's
+#: settings otherwise), ``"baseline-4l"`` (their all-RoPE and all-NoPE baselines) and
+#: ``"smoke"`` (every experiment in seconds, for the tests).
 PRESETS = {
     # The stored runs, sized to the shared 2-core machine (see the README and each
     # results file's meta): 300 steps per language model (and 1200 for RoPE's second
@@ -271,6 +401,28 @@ PRESETS = {
     # sign test at 5%.  Those seeds then chose the verdicts of a second freeze
     # (posenc.lab.warmup_propositions), confirmed on seeds 15-24
     "recall-warmup": dataclasses.replace(_FULL, recall_warmup=450),
+    # flip-flop language modelling (posenc.lab.flipflop), frozen claims in
+    # posenc.lab.fflm_propositions: the PaTH paper's Table 1 ...
+    "fflm": _FFLM,
+    # ... and its length axis: trained at 128 tokens, scored at 128, 512 and 2048 in
+    # distribution and dense, about 2048 reads each (the sparse split at 2048 tokens
+    # would cost more than all the training: see BUDGET)
+    "fflm-length": dataclasses.replace(
+        _FFLM,
+        fflm_train_len=128,
+        fflm_eval_lengths=(128, 512, 2048),
+        fflm_eval_p=(0.8, 0.1),
+        fflm_eval_reads=2048,
+    ),
+    # per-layer position patterns as 2025's models ship them (posenc.lab.patterns): the
+    # recall preset's settings with 4 layers; each trains RoPE with the pattern on the
+    # seeds of baseline-4l's RoPE model (same initial weights, same data) ...
+    **{
+        name: dataclasses.replace(_FULL, layers=4, schemes=("rope",), layer_pattern=name)
+        for name in LAYER_PATTERNS
+    },
+    # ... and its baselines of the same size: every layer RoPE, every layer NoPE
+    "baseline-4l": dataclasses.replace(_FULL, layers=4, schemes=("rope", "none")),
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(
         train_len=8,
@@ -342,9 +494,10 @@ class Lab:
 
     Attributes
     ----------
-    lm, retrieval, recall
-        The three tasks: :class:`LanguageTask`, :class:`RetrievalTask` and
-        :class:`RecallTask` (``config.recall_pairs`` pairs).
+    lm, retrieval, recall, fflm
+        The four tasks: :class:`LanguageTask`, :class:`RetrievalTask`,
+        :class:`RecallTask` (``config.recall_pairs`` pairs) and :class:`FlipFlopTask`
+        (FFL(``config.fflm_p_ignore``), the flip-flop models' training data).
     """
 
     def __init__(
@@ -360,21 +513,29 @@ class Lab:
         self.lm = LanguageTask()
         self.retrieval = RetrievalTask()
         self.recall = RecallTask(pairs=self.config.recall_pairs)
-        self._tasks: dict[str, LanguageTask | RetrievalTask | RecallTask] = {
+        self.fflm = FlipFlopTask(self.config.fflm_p_ignore)
+        self._tasks: dict[str, LanguageTask | RetrievalTask | RecallTask | FlipFlopTask] = {
             "lm": self.lm,
             "passkey": self.retrieval,
             "recall": self.recall,
+            "fflm": self.fflm,
         }
         self._models: dict[_ModelKey, tuple[TinyDecoder, list[float]]] = {}
         #: ``{(task, scheme, ...): [{"step", "accuracy", "accuracy_round1",
         #: "accuracy_round2"}, ...]}``: the in-view accuracy of each recall model,
-        #: probed during training every ``recall_probe_every`` steps
+        #: probed during training every ``recall_probe_every`` steps; for a flip-flop
+        #: model ``[{"step", "reads", "errors", "loss"}, ...]``, its in-distribution
+        #: read errors probed every ``fflm_probe_every`` steps
         self.probes: dict[_ModelKey, list[dict[str, float]]] = {}
 
     def model(
         self, task: str, scheme: str, inject: str = "input", **variant: float
     ) -> tuple[TinyDecoder, list[float]]:
         """``(model, curve)``: a :class:`TinyDecoder` trained at ``train_len`` on ``task``.
+
+        ``task`` ``"fflm"``: trained with the ``fflm_*`` settings instead (length
+        ``fflm_train_len - 1`` inputs, ``fflm_steps``, ``fflm_batch``, ``fflm_lr``,
+        ``fflm_warmup``), its read errors probed during training (:attr:`probes`).
 
         ``variant``: :class:`TinyDecoder` settings that differ from the
         configuration's, for the sweeps (``rope_base``, ``heads``,
@@ -397,6 +558,11 @@ class Lab:
                 sorted((k, v) for k, v in variant.items() if k != "steps")
             )
             torch.manual_seed(seed_for(c.seed, "init", *same))
+            # FFLM: sequences of fflm_train_len tokens, so fflm_train_len - 1 inputs; a
+            # learned table has a row for every position any evaluation reaches
+            fflm = task == "fflm"
+            length = c.fflm_train_len - 1 if fflm else c.train_len
+            rows = max(c.fflm_eval_lengths) - 1 if fflm else c.table_len
             # TinyDecoder's keyword arguments (ints, a str, a float, None)
             settings: dict[str, Any] = dict(
                 d_model=c.d_model,
@@ -404,26 +570,32 @@ class Lab:
                 heads=c.heads,
                 inject=inject,
                 rope_base=c.rope_base,
-                table_len=c.table_len if scheme == "learned" else None,
+                table_len=max(rows, length) if scheme == "learned" else None,
             )
-            steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps}[task]
-            warmup = c.recall_warmup if task == "recall" else None
+            steps = {"lm": c.steps, "passkey": c.passkey_steps, "recall": c.recall_steps,
+                     "fflm": c.fflm_steps}[task]  # fmt: skip
+            warmup = {"recall": c.recall_warmup, "fflm": c.fflm_warmup}.get(task)
             warmup = max(1, steps // 20) if warmup is None else warmup  # the task's own
             shape = dict(variant)  # the model's settings: all but the training budget
             steps = check_int("steps", shape.pop("steps", steps), minimum=0)
-            model = TinyDecoder(data.vocab, scheme, c.train_len, **{**settings, **shape}).to(
-                self.device
-            )
+            kwargs = {**settings, **shape}
+            if c.layer_pattern is not None:  # every model of the run, at its own length
+                kwargs["pattern"] = layer_pattern(
+                    c.layer_pattern, c.layers, length, kwargs["rope_base"]
+                )
+            model = TinyDecoder(data.vocab, scheme, length, **kwargs).to(self.device)
             probe = None
             if task == "recall":
                 probe = self._recall_probe(model, self.probes.setdefault(key, []))
+            elif fflm:
+                probe = self._fflm_probe(model, self.probes.setdefault(key, []))
             curve = train(
                 model,
-                data,
-                length=c.train_len,
+                data,  # type: ignore[arg-type]  # FlipFlopTask: the same batch() protocol
+                length=length,
                 steps=steps,
-                batch=c.batch,
-                lr=c.lr,
+                batch=c.fflm_batch if fflm else c.batch,
+                lr=c.fflm_lr if fflm else c.lr,
                 seed=seed_for(c.seed, "data", *same),
                 progress=self.progress,
                 desc=f"{task} {scheme}"
@@ -431,7 +603,10 @@ class Lab:
                 + "".join(f" {k}={v}" for k, v in sorted(variant.items())),
                 warmup=min(warmup, max(1, steps)),
                 callback=probe,
-                callback_every=c.recall_probe_every,
+                callback_every=c.fflm_probe_every if fflm else c.recall_probe_every,
+                # FFLM: one value of the curve per probe interval (fflm_curve pairs them)
+                log_every=c.fflm_probe_every if fflm else 10,
+                compiled=c.compile_step,
             )
             self._models[key] = (model, curve)
         return self._models[key]
@@ -447,6 +622,19 @@ class Lab:
 
         def probe(step: int) -> None:
             log.append({"step": step, **round_accuracies(model, task, inputs, targets, weights)})
+
+        return probe
+
+    def _fflm_probe(self, model: TinyDecoder, log: list[dict[str, float]]) -> Callable[[int], None]:
+        """A training callback that appends the in-distribution read errors and read loss
+        on fixed probe sequences (FFL(``fflm_p_ignore``) at the training length) to ``log``."""
+        c, task = self.config, self.fflm
+        g = torch.Generator().manual_seed(seed_for(c.seed, "fflm-probe"))
+        inputs, targets, weights = task.batch(c.fflm_probe_sequences, c.fflm_train_len - 1, g)
+
+        def probe(step: int) -> None:
+            reads, errors, loss = read_errors(model, inputs, targets, weights)
+            log.append({"step": step, "reads": reads, "errors": errors, "loss": loss})
 
         return probe
 

@@ -573,6 +573,56 @@ def recall_curve(results):
     return fig
 
 
+def fflm(results):
+    """Flip-flop read errors by evaluation length, one panel per split (in-distribution,
+    sparse, dense): every scheme's error rate pooled over its seeds' reads, and each seed."""
+    plt = _plt()
+    rows = results["fflm"]
+    splits = list(dict.fromkeys(r["eval"] for r in rows))
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, axes = _grid(plt, len(splits), 3, 13, 3.0, sharey=True)
+    for ax, split in zip(axes.flat, splits, strict=False):
+        _many(ax, len(schemes))
+        for scheme in schemes:
+            rs = _pick(rows, scheme=scheme, eval=split)
+            lengths = sorted({r["length"] for r in rs})
+            pooled = [
+                sum(r["errors"] for r in rs if r["length"] == n)
+                / max(1, sum(r["reads"] for r in rs if r["length"] == n))
+                for n in lengths
+            ]
+            (line,) = ax.plot(lengths, pooled, marker="o", label=scheme)
+            ax.scatter([r["length"] for r in rs], [r["error_rate"] for r in rs], s=8,
+                       color=line.get_color(), alpha=0.5)  # fmt: skip
+        ax.set(title=split, xscale="log", xlabel="evaluation length (tokens)")
+    axes[0, 0].set_ylabel("read error rate")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"Flip-flop read errors, {_seeds(rows)} seeds (dots: each seed)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def fflm_curve(results):
+    """In-distribution read errors during training, every seed, one panel per scheme."""
+    plt = _plt()
+    rows = results["fflm_curve"]
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    fig, axes = _grid(plt, len(schemes), 4, 13, 2.4, sharey=True, sharex=True)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
+        for seed in dict.fromkeys(r["seed"] for r in rows):
+            rs = _pick(rows, scheme=scheme, seed=seed)
+            ax.plot([r["step"] for r in rs], [r["error_rate"] for r in rs], lw=0.9, color="C0",
+                    alpha=0.8)  # fmt: skip
+        ax.set(title=scheme, ylim=(-0.02, 0.6))
+    for ax in axes[-1, :]:
+        ax.set_xlabel("training step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("read error rate")
+    fig.suptitle("Flip-flop in-distribution read errors during training, each seed", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def needle_grid(results):
     """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme.
 
@@ -641,4 +691,6 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "recall_answers": recall_answers,
     "recall_curve": recall_curve,
     "needle_grid": needle_grid,
+    "fflm": fflm,
+    "fflm_curve": fflm_curve,
 }

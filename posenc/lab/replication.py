@@ -1,8 +1,10 @@
 """What the chapter states once the confirmation seeds have spoken.
 
-Two frozen files state the chapter's claims, each before the seeds that test it
+Three frozen files state the lab's claims, each before the seeds that test it
 were run: posenc/lab/propositions.py (the first freeze: presets ``full`` and
-``recall``) and posenc/lab/warmup_propositions.py (the second: ``recall-warmup``).
+``recall``), posenc/lab/warmup_propositions.py (the second: ``recall-warmup``) and
+posenc/lab/fflm_propositions.py (the third: ``fflm`` and ``fflm-length``, the PaTH
+paper's flip-flop table).
 A stated claim *replicates* when its raw verdict on its preset's confirmation set
 is the stated one.  One that does not is **withdrawn**: the chapter reports its
 numbers, says that it failed, and no longer states it.  The frozen files keep it
@@ -43,18 +45,26 @@ WITHDRAWN: dict[str, dict[str, str]] = {
         "reach-rope:llama3-L-2L-at-8L": "stated holds; fails on seeds 5-14, 0 of 10 seeds pass",
     },
     "recall-warmup": {},
+    # the third freeze (posenc.lab.fflm_propositions): nothing withdrawn before its run
+    "fflm": {},
+    "fflm-length": {},
 }
 
 #: The seeds each freeze declared for its discovery and its confirmation set, by preset
 #: and split: ``{preset: {split: (seed, ...)}}``.  Copied from the frozen files'
 #: docstrings (propositions.py: discovery 0-4, confirmation 5-14 for ``full`` and
 #: ``recall``; warmup_propositions.py: its ablation's seeds 5-10 chose the verdicts,
-#: seeds 15-24 confirm them).  ``--check --split`` refuses results whose seeds are not
+#: seeds 15-24 confirm them; fflm_propositions.py: no discovery set, seeds 35-44
+#: confirm).  ``--check --split`` refuses results whose seeds are not
 #: among them, so that a file saved under the wrong split cannot pass as the other.
 DECLARED_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
     "full": {"discovery": tuple(range(5)), "confirmation": tuple(range(5, 15))},
     "recall": {"discovery": tuple(range(5)), "confirmation": tuple(range(5, 15))},
     "recall-warmup": {"discovery": tuple(range(5, 11)), "confirmation": tuple(range(15, 25))},
+    # fflm_propositions.py: the PaTH paper chose the verdicts (no discovery set); seeds
+    # 35-44 confirm them, for both flip-flop presets
+    "fflm": {"confirmation": tuple(range(35, 45))},
+    "fflm-length": {"confirmation": tuple(range(35, 45))},
 }
 
 

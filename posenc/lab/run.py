@@ -316,11 +316,12 @@ def merge(*outputs: Mapping[str, Any]) -> Output:
 
 #: Float fields that are settings, not measurements: they name an observation (the
 #: RoPE base, the ALiBi slope scale, YaRN's beta_fast, the needle's depth).
-SETTINGS = ("base", "scale", "beta_fast", "depth")
+SETTINGS = ("base", "scale", "beta_fast", "depth", "p_ignore")
 
 #: Fields that are per-seed measurements but not floats (counts, per-answer records):
 #: they never name an observation.
-PER_ANSWER = ("answers", "correct", "hits", "distances", "criterion_step")
+PER_ANSWER = ("answers", "correct", "hits", "distances", "criterion_step", "reads", "errors",
+              "sequences")  # fmt: skip
 
 
 def _group_key(row: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -19,9 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import check_float, check_int
+from ..scheme import PositionalScheme
 from .tasks import LanguageTask, RecallTask, RetrievalTask
 
-__all__ = ["seed_for", "train", "evaluate_loss", "evaluate_accuracy", "peak_memory_mb"]
+__all__ = [
+    "seed_for", "train", "last_step", "evaluate_loss", "evaluate_accuracy", "peak_memory_mb",
+]  # fmt: skip
 
 # The lab's tasks: each makes (inputs, targets, weights) with batch(batch, length, generator).
 _Task: TypeAlias = Union[LanguageTask, RetrievalTask, RecallTask]  # noqa: UP007
@@ -108,6 +111,7 @@ def train(
     warmup: int | None = None,
     callback: Callable[[int], object] | None = None,
     callback_every: int = 250,
+    compiled: bool = False,
 ) -> list[float]:
     """Train ``model`` on ``task`` at ``length`` with AdamW and a cosine schedule.
 
@@ -162,6 +166,22 @@ def train(
         train mode) but must not draw from the training data.
     callback_every
         Steps between calls of ``callback`` (``>= 1``; default 250).
+    compiled
+        Take the compiled step (default ``False``: the eager step, which made
+        the stored results): the forward pass and the loss run as one graph
+        compiled by ``torch.compile`` (Inductor; its backward is compiled too,
+        and the schemes run their eager attention paths inside it), and AdamW
+        takes its fused kernel.  The same step in exact arithmetic; the
+        rounding differs (another summation order), so a run is not bitwise
+        the eager run but is as deterministic (same seed, same threads, same
+        numbers).  One process compiles each model structure once (seconds
+        to minutes on a small CPU, less with Inductor's on-disk cache warm;
+        later models of the same scheme and shapes reuse it), so it pays over
+        thousands of steps, not over tens.  A model whose step fails to
+        compile (or a machine without a compiler) trains with the eager
+        forward pass instead, with a ``RuntimeWarning`` naming the scheme and
+        the error, and ``posenc.lab.train.last_step()`` says so.  Under
+        ``torchrun`` the step stays eager.
 
     Returns
     -------
@@ -177,8 +197,13 @@ def train(
     check_length = getattr(model, "check_length", None)  # a TinyDecoder's
     if check_length is not None:
         check_length(length, "length")
+    if not isinstance(compiled, bool):
+        raise TypeError(f"compiled must be a bool, got {type(compiled).__name__}")
     generator = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    net, rank, world = _distributed(model, batch)
+    fast = _CompiledLoss(model, length, batch) if compiled and world == 1 else None
+    # the fused AdamW kernel: one pass over every parameter instead of a dozen foreach ops
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, fused=fast is not None)
     warmup = max(1, steps // 20) if warmup is None else check_int("warmup", warmup, minimum=1)
 
     def schedule(step: int) -> float:
@@ -187,7 +212,6 @@ def train(
         return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
-    net, rank, world = _distributed(model, batch)
     model.train()
     curve: list[float] = []
     block: list[float] = []
@@ -198,10 +222,13 @@ def train(
         total = weights.sum()
         rows = slice(rank * batch // world, (rank + 1) * batch // world)
         inputs, targets, weights = inputs[rows], targets[rows], weights[rows]
-        local = _loss(net(inputs), targets, weights).sum() / total
         opt.zero_grad(set_to_none=True)
-        # DDP averages gradients over processes: world * local averages to the global loss
-        (local * world).backward()
+        if fast is not None:
+            local = fast.backward(inputs, targets, weights, total)
+        else:
+            local = _loss(net(inputs), targets, weights).sum() / total
+            # DDP averages gradients over processes: world * local averages to the global loss
+            (local * world).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
@@ -223,7 +250,161 @@ def train(
     if bar is not None:
         bar.close()
     model.eval()
+    global _last_step
+    _last_step = "eager" if fast is None else fast.kind
     return curve
+
+
+# How the last call of train() in this process stepped (see last_step).
+_last_step = "eager"
+
+
+def last_step() -> str:
+    """How the last :func:`train` call of this process took its steps.
+
+    Returns
+    -------
+    ``"eager"``, ``"compiled"``, or ``"eager (compile failed: ...)"`` when
+    ``train(..., compiled=True)`` fell back to the eager forward pass (the
+    error follows the colon).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from posenc.lab import LanguageTask, TinyDecoder, train
+    >>> from posenc.lab.train import last_step
+    >>> task = LanguageTask()
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyDecoder(task.vocab, "rope", 8, d_model=16, heads=2)
+    >>> curve = train(model, task, length=8, steps=2, batch=4)
+    >>> last_step()
+    'eager'
+    """
+    return _last_step
+
+
+def _loss_sum(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    weights: torch.Tensor,
+    total: torch.Tensor,
+) -> torch.Tensor:
+    """The training loss: the step's weighted cross-entropy over its scored tokens."""
+    return _loss(model(inputs), targets, weights).sum() / total
+
+
+# Inductor inlines a pointwise computation into every kernel that reads it unless it has
+# more ops than its realize_opcount_threshold (30).  The sine tables of the rotating
+# schemes (RoPE's cos and sin of float64 angles) and of Transformer-XL's relative
+# embeddings are functions of the positions only; inlined, they are recomputed for every
+# batch row and head, forward and backward, in scalar loops.  A threshold of 4 stores
+# them once (measured at the full preset's size, CPU time per step: RoPE 23 -> 18 ms,
+# xPos 20 -> 18 ms, Transformer-XL 24 -> 21 ms).  For the other schemes it changed
+# nothing (NoPE, ALiBi, T5) or cost time (FIRE 17 -> 20 ms, CoPE 17.7 -> 18.4 ms: their
+# pointwise chains are better inlined), so only these take it.
+_REALIZE_OPCOUNT_TABLES = 4
+
+
+def _sine_tables(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds a scheme that builds sine tables in its forward pass: one
+    that rotates (RoPE, xPos, p-RoPE) or Transformer-XL's."""
+    from ..transformer_xl import TransformerXLScheme
+
+    return any(
+        isinstance(m, TransformerXLScheme)
+        or (isinstance(m, PositionalScheme) and type(m).rotate is not PositionalScheme.rotate)
+        for m in model.modules()
+    )
+
+
+class _CompiledLoss:
+    """The compiled forward pass and loss of one :func:`train` call, with its eager fallback.
+
+    One compiled region per model structure (the class, the scheme and its
+    settings, the parameters' shapes, the batch's shape): models of the same
+    structure (other seeds) reuse its graph, since Dynamo passes the
+    parameters in as inputs.
+    """
+
+    def __init__(self, model: torch.nn.Module, length: int, batch: int) -> None:
+        from .. import _compile
+
+        self.model = model
+        self.kind = "compiled"
+        device = next(model.parameters()).device.type
+        why = _compile.missing_compiler(device)
+        shapes = tuple((n, tuple(p.shape), p.dtype) for n, p in model.named_parameters())
+        # (first the device type: the region compiles for it; last whether it has tables)
+        self.key: tuple[object, ...] = (
+            device, "posenc.lab.train", type(model), repr(model), shapes, length, batch,
+            _sine_tables(model),
+        )  # fmt: skip
+        if why is not None:
+            self._fail(why)
+
+    def backward(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        weights: torch.Tensor,
+        total: torch.Tensor,
+    ) -> torch.Tensor:
+        """The step's loss, its gradients accumulated into the parameters."""
+        if self.kind == "compiled":
+            try:
+                local = _region(self.key)(self.model, inputs, targets, weights, total)
+                local.backward()
+                return local
+            except Exception as err:  # noqa: BLE001  # any compiler failure: train eagerly
+                self._fail(err)
+        local = _loss_sum(self.model, inputs, targets, weights, total)
+        local.backward()
+        return local
+
+    def _fail(self, err: Exception | str) -> None:
+        import warnings
+
+        for p in self.model.parameters():  # a failure in the backward leaves partial gradients
+            p.grad = None
+        if isinstance(err, str):
+            message = err
+        else:
+            message = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        self.kind = f"eager (compile failed: {message})"
+        scheme = getattr(self.model, "scheme", type(self.model).__name__)
+        warnings.warn(
+            f"train(compiled=True): the step of scheme {scheme!r} did not compile "
+            f"({message}); it trains with the eager forward pass",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        _regions_failed.add(self.key)
+
+
+# Compiled regions of the training loss, by model structure; structures that failed.
+_regions: dict[tuple[object, ...], Callable[..., torch.Tensor]] = {}
+_regions_failed: set[tuple[object, ...]] = set()
+
+
+def _region(key: tuple[object, ...]) -> Callable[..., torch.Tensor]:
+    """The compiled training loss for one model structure (posenc's compile rules:
+    ``posenc._compile``, with a fresh code object per region)."""
+    from .. import _compile
+
+    if key in _regions_failed:
+        raise RuntimeError("this model structure failed to compile before")
+    fn = _regions.get(key)
+    if fn is None:
+        opts = _compile.compile_options(str(key[0]))
+        if key[-1]:  # sine tables: stored once (see _REALIZE_OPCOUNT_TABLES)
+            opts["options"] = {
+                **opts.get("options", {}),
+                "realize_opcount_threshold": _REALIZE_OPCOUNT_TABLES,
+            }
+        fn = torch.compile(_compile._fresh_copy(_loss_sum, "posenc_lab_train_loss"), **opts)
+        _regions[key] = fn
+    return fn
 
 
 def _distributed(model: torch.nn.Module, batch: int) -> tuple[torch.nn.Module, int, int]:

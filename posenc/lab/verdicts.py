@@ -1,8 +1,10 @@
 """The documented entry points to the frozen propositions.
 
-Two files froze the chapter's claims, each before the seeds that test it were run:
-posenc/lab/propositions.py (commit c9ea503: presets ``full`` and ``recall``) and
-posenc/lab/warmup_propositions.py (commit 5988eee: ``recall-warmup``).  Both stay
+Three files froze the lab's claims, each before the seeds that test it were run:
+posenc/lab/propositions.py (commit c9ea503: presets ``full`` and ``recall``),
+posenc/lab/warmup_propositions.py (commit 5988eee: ``recall-warmup``) and
+posenc/lab/fflm_propositions.py (``fflm`` and ``fflm-length``: the PaTH paper's
+flip-flop table).  Both stay
 byte-for-byte as they were frozen: their SHA-256 is what the confirmation runs were
 registered under, and the length-extrapolation chapter checks it, so not even a
 docstring may change there.  Their propositions and rules are used as they are;
@@ -15,13 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import fflm_propositions as _fflm
 from . import propositions as _frozen
 from . import warmup_propositions as _warmup
 
 __all__ = ["PROPOSITIONS", "check", "failures", "frozen_hash", "propositions_for"]
 
 # preset -> the frozen module that states its propositions
-_FREEZES = {"full": _frozen, "recall": _frozen, "recall-warmup": _warmup}
+_FREEZES = {
+    "full": _frozen, "recall": _frozen, "recall-warmup": _warmup, "fflm": _fflm,
+    "fflm-length": _fflm,
+}  # fmt: skip
 
 #: Every proposition of the first freeze (posenc/lab/propositions.py), frozen before the
 #: confirmation runs, in the order :func:`check` reports them: the full preset's
@@ -43,13 +49,14 @@ def frozen_hash(preset: str = "full") -> str:
 
     That file holds each proposition, its threshold, its stated verdict and the
     rules: posenc/lab/propositions.py for ``"full"`` and ``"recall"``,
-    posenc/lab/warmup_propositions.py for ``"recall-warmup"``.
+    posenc/lab/warmup_propositions.py for ``"recall-warmup"``,
+    posenc/lab/fflm_propositions.py for ``"fflm"`` and ``"fflm-length"``.
 
     Parameters
     ----------
     preset
-        A preset the propositions are about: ``"full"``, ``"recall"`` or
-        ``"recall-warmup"``.
+        A preset the propositions are about: ``"full"``, ``"recall"``,
+        ``"recall-warmup"``, ``"fflm"`` or ``"fflm-length"``.
 
     Returns
     -------
@@ -71,8 +78,10 @@ def propositions_for(preset: str) -> tuple[Any, ...]:
     ----------
     preset
         ``"full"`` (language modelling, passkey, sweeps) or ``"recall"`` (``learns-*``,
-        ``reach-*``), both from the first freeze; or ``"recall-warmup"``, the second
-        freeze's RoPE and xPos recall propositions restated for a 450-step warmup.
+        ``reach-*``), both from the first freeze; ``"recall-warmup"``, the second
+        freeze's RoPE and xPos recall propositions restated for a 450-step warmup; or
+        ``"fflm"`` and ``"fflm-length"``, the third freeze's flip-flop propositions
+        (the PaTH paper's Table 1, and the length axis).
 
     Returns
     -------
