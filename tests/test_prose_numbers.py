@@ -89,7 +89,7 @@ DEFINING: dict[str, dict[str, str]] = {
         "0.4": "xPos's gamma",
         "1.4": "1 + gamma",
         "0.1": "the threshold the exercise sets",
-        "0.25": "p of Gemma 4's global layers, quoted from transformers 5.23.0 configuration_gemma4.py",
+        "0.25": "p of Gemma 4's global layers, quoted from transformers 5.23 configuration_gemma4",
     },
     "complex_derivation": {
         "0.5": "the threshold of the check on the run-to-run difference (a bound)",
