@@ -278,7 +278,8 @@ def test_problems_sees_each_kind_of_gap():
 
 # ------------------------------------------------------------------------- reference
 
-_DIRECTIVE = re.compile(r"^\.\. (currentmodule|automodule|auto\w+):: (\S+)", re.M)
+# the name ends at a space or at an explicit signature: ``.. autoclass:: LayerSpec(...)``
+_DIRECTIVE = re.compile(r"^\.\. (currentmodule|automodule|auto\w+):: ([^\s(]+)", re.M)
 
 
 def reference_entries() -> dict[str, tuple[str, str]]:
