@@ -716,11 +716,40 @@ class PathAttention(PositionalScheme):
         bad = _outside(q_pos, length)[..., :, None] | _outside(k_pos, length)[..., None, :]
         return torch.where(bad, torch.nan, out)
 
+    def _masked_logits(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
+        """:meth:`logits`, or the same entries on and below the diagonal by chunks.
+
+        A causal call over the bound input's own tokens (positions ``0 .. L-1``
+        for queries and keys) needs no entry above the diagonal, so it takes
+        :func:`_chunked_scores`, ``O(L^2 d)`` instead of one ``O(L^3)`` solve;
+        the entries it leaves at zero are masked by the causal mask.
+        """
+        w, beta = self.w, self.beta
+        length = -1 if w is None else w.shape[-2]
+        if not (
+            w is not None and beta is not None and ctx.causal and ctx.q_offset == 0
+            and q.shape[-2] == k.shape[-2] == length
+            and _is_arange(ctx.q_positions, length) and _is_arange(ctx.k_positions, length)
+            and w.shape[0] in (1, ctx.batch) and w.shape[-1] == ctx.head_dim
+            and ctx.heads % w.shape[1] == 0
+        ):  # fmt: skip
+            return self.logits(q, k, ctx)
+        heads = ctx.heads
+        work = torch.promote_types(torch.promote_types(q.dtype, w.dtype), torch.float32)
+        s = _chunked_scores(
+            q.to(work), repeat_kv(k.to(work), heads), repeat_kv(w.to(work), heads),
+            repeat_kv(beta.to(work)[..., None], heads)[..., 0],
+        )  # fmt: skip
+        pos = torch.arange(length, device=q.device)
+        log_f = None if self.log_f is None else self.log_f.to(work)
+        return _logits(s, log_f, pos, pos, ctx.scale, self.scale_gate)
+
     def weights(self, q: torch.Tensor, k: torch.Tensor, ctx: CallContext) -> torch.Tensor:
         """The softmax of :meth:`logits` under the call's masks, in ``q``'s dtype."""
         w = softmax_weights(
-            self.logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset
-        )
+            self._masked_logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal,
+            q_offset=ctx.q_offset,
+        )  # fmt: skip
         return w.to(q.dtype)
 
     def attend(
@@ -728,8 +757,9 @@ class PathAttention(PositionalScheme):
     ) -> torch.Tensor:
         """``weights @ v``, ``(batch, heads, q_len, d_v)``."""
         w = softmax_weights(
-            self.logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal, q_offset=ctx.q_offset
-        )
+            self._masked_logits(q, k, ctx), mask=ctx.mask, causal=ctx.causal,
+            q_offset=ctx.q_offset,
+        )  # fmt: skip
         return (w @ repeat_kv(v, q.shape[-3]).to(w.dtype)).to(q.dtype)
 
     # --- registry -------------------------------------------------------------------------
@@ -792,6 +822,13 @@ def _positions(name: str, pos: torch.Tensor, length: int) -> torch.Tensor:
                 f"got values in [{lo}, {hi}]"
             )
     return pos.reshape(-1 if pos.dim() == 2 else 1, 1, pos.shape[-1])
+
+
+def _is_arange(pos: torch.Tensor, length: int) -> bool:
+    """Whether every row of ``pos`` is ``0 .. length-1`` (``False`` when unreadable)."""
+    if pos.shape[-1] != length or not has_values(pos):
+        return False
+    return bool((pos == torch.arange(length, device=pos.device)).all())
 
 
 def _outside(pos: torch.Tensor, length: int) -> torch.Tensor:

@@ -254,6 +254,38 @@ def test_scheme_scores_at_any_positions_equal_the_loop():
     torch.testing.assert_close(bound.logits(k, q, ctx_t), got.mT * ctx.scale, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("gate", [False, True])
+@pytest.mark.parametrize("length", [9, 64, 150])
+def test_causal_attention_by_chunks_equals_the_solve_and_its_gradients(gate, length):
+    """A causal call over the bound tokens takes the chunked scores: same output and
+    gradients as the full solve of :meth:`logits` (the lab trains through it), with a
+    window mask and GQA; a call at other positions keeps the solve."""
+    torch.manual_seed(1)
+    scheme = PathAttention(4, 8, model_dim=24, kv_heads=2, forget_gate=gate).double()
+    x = torch.randn(2, length, 24, dtype=torch.float64, requires_grad=True)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 4, length, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = torch.randn(2, 2, 2, length, 8, generator=g, dtype=torch.float64)
+    k.requires_grad_(True)
+    i = torch.arange(length)
+    window = (i[:, None] - i[None, :]) < 5  # a sliding window of 5 keys
+    bound = scheme.bind(x)
+    got = posenc.attention(q, k, v, encoding=bound, causal=True, mask=window)
+    ctx = posenc.CallContext.of(q, k, causal=True)
+    logits = bound.logits(q, k, ctx)  # the O(L^3) solve, every entry
+    keep = window & (i[:, None] >= i[None, :])
+    want = torch.softmax(logits.masked_fill(~keep, -torch.inf), -1) @ v.repeat_interleave(2, 1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, x), retain_graph=True)
+    wants = torch.autograd.grad(want.square().sum(), (q, k, x))
+    for a, b in zip(grads, wants, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    # shifted key positions are not the bound tokens' own: the solve answers
+    shifted = torch.arange(length).roll(1)
+    ctx_s = posenc.CallContext.of(q, k, causal=True, k_positions=shifted)
+    assert not bound._masked_logits(q, k, ctx_s).tril().equal(logits.tril())
+
+
 # ------------------------------------------------------------------ RoPE
 
 
