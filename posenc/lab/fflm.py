@@ -150,6 +150,7 @@ class FlipFlopTask:
 _Logits = Callable[[torch.Tensor], torch.Tensor]
 
 
+@torch.no_grad()
 def read_errors(
     model: _Logits | torch.nn.Module,
     inputs: torch.Tensor,
