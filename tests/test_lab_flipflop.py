@@ -319,6 +319,27 @@ def test_the_fflm_presets() -> None:
     assert 45_000 < sum(p.numel() for p in model.parameters()) < 55_000
 
 
+def test_the_layer_patterns_on_the_length_axis_differ_from_their_baseline_only_in_the_pattern():
+    """Each fflm-length-<pattern> preset is fflm-length's run in a 4-layer model, and its
+    RoPE model starts from the baseline's weights (same seed): only the pattern differs."""
+    length = PRESETS["fflm-length"]
+    base = PRESETS["fflm-length-4l"]
+    assert base == dataclasses.replace(length, layers=4, schemes=("rope", "none"))
+    for name in lab.LAYER_PATTERNS:
+        c = PRESETS[f"fflm-length-{name}"]
+        assert c == dataclasses.replace(base, schemes=("rope",), layer_pattern=name)
+        assert PRESET_EXPERIMENTS[f"fflm-length-{name}"] == PRESET_EXPERIMENTS["fflm-length"]
+    small = {"fflm_train_len": 16, "fflm_eval_lengths": (16,), "fflm_steps": 1, "seed": 35}
+    plain, _ = lab.Lab(dataclasses.replace(base, **small)).model("fflm", "rope", steps=0)
+    patterned, _ = lab.Lab(
+        dataclasses.replace(PRESETS["fflm-length-rnope-swa"], **small)
+    ).model("fflm", "rope", steps=0)
+    a, b = plain.state_dict(), patterned.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    x = torch.randint(0, 5, (2, 15), generator=torch.Generator().manual_seed(0))
+    assert not torch.allclose(plain(x), patterned(x))  # the NoPE layer and the windows
+
+
 def test_the_length_axis_is_reported_and_checked_by_its_own_preset(tmp_path, capsys) -> None:
     rows = [
         {"seed": seed, "scheme": scheme, "eval": split, "length": n, "train_len": 128,

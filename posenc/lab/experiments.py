@@ -381,4 +381,6 @@ PRESET_EXPERIMENTS = {
     "smoke": tuple(EXPERIMENTS),
     # the layer patterns of 2025's models and their 4-layer baselines: the recall task
     **{name: RECALL_EXPERIMENTS for name in (*LAYER_PATTERNS, "baseline-4l")},
+    # ... and on the flip-flop length axis
+    **{f"fflm-length-{n}": FFLM_EXPERIMENTS for n in (*LAYER_PATTERNS, "4l")},
 }

@@ -372,6 +372,17 @@ _FFLM = LabConfig(
     fflm_probe_sequences=64,
 )
 
+# fflm's models trained at 128 tokens, scored at 128, 512 and 2048 in distribution and
+# dense, about 2048 reads each (the sparse split at 2048 tokens would cost more than all
+# the training: see posenc.lab.fflm_propositions.BUDGET)
+_FFLM_LENGTH = dataclasses.replace(
+    _FFLM,
+    fflm_train_len=128,
+    fflm_eval_lengths=(128, 512, 2048),
+    fflm_eval_p=(0.8, 0.1),
+    fflm_eval_reads=2048,
+)
+
 #: The settings of the named runs (``python -m posenc.lab --preset NAME``): ``"full"``
 #: and ``"recall"`` (the stored runs, the same :class:`LabConfig`; they run other
 #: experiments), ``"recall-warmup"`` (the recall preset with a longer warmup, an
@@ -380,7 +391,9 @@ _FFLM = LabConfig(
 #: (the same models trained at 128 tokens and scored at 128, 512 and 2048),
 #: ``"irope"``, ``"rnope-swa"``, ``"smollm3"`` and ``"gemma3-bases"`` (RoPE in a 4-layer
 #: model with that :data:`~posenc.lab.LAYER_PATTERNS` pattern, the recall preset's
-#: settings otherwise), ``"baseline-4l"`` (their all-RoPE and all-NoPE baselines) and
+#: settings otherwise), ``"baseline-4l"`` (their all-RoPE and all-NoPE baselines),
+#: ``"fflm-length-irope"`` ... ``"fflm-length-gemma3-bases"`` and ``"fflm-length-4l"``
+#: (the same patterns and baselines at fflm's width on fflm-length's task) and
 #: ``"smoke"`` (every experiment in seconds, for the tests).
 PRESETS = {
     # The stored runs, sized to the shared 2-core machine (see the README and each
@@ -404,16 +417,8 @@ PRESETS = {
     # flip-flop language modelling (posenc.lab.flipflop), frozen claims in
     # posenc.lab.fflm_propositions: the PaTH paper's Table 1 ...
     "fflm": _FFLM,
-    # ... and its length axis: trained at 128 tokens, scored at 128, 512 and 2048 in
-    # distribution and dense, about 2048 reads each (the sparse split at 2048 tokens
-    # would cost more than all the training: see BUDGET)
-    "fflm-length": dataclasses.replace(
-        _FFLM,
-        fflm_train_len=128,
-        fflm_eval_lengths=(128, 512, 2048),
-        fflm_eval_p=(0.8, 0.1),
-        fflm_eval_reads=2048,
-    ),
+    # ... and its length axis
+    "fflm-length": _FFLM_LENGTH,
     # per-layer position patterns as 2025's models ship them (posenc.lab.patterns): the
     # recall preset's settings with 4 layers; each trains RoPE with the pattern on the
     # seeds of baseline-4l's RoPE model (same initial weights, same data) ...
@@ -423,6 +428,16 @@ PRESETS = {
     },
     # ... and its baselines of the same size: every layer RoPE, every layer NoPE
     "baseline-4l": dataclasses.replace(_FULL, layers=4, schemes=("rope", "none")),
+    # the same patterns on fflm-length's task (trained at 128 tokens, scored at 128, 512
+    # and 2048) in a 4-layer model of the fflm width, against its all-RoPE and all-NoPE
+    # baselines (fflm-length-4l); reported, no propositions
+    **{
+        f"fflm-length-{name}": dataclasses.replace(
+            _FFLM_LENGTH, layers=4, schemes=("rope",), layer_pattern=name
+        )
+        for name in LAYER_PATTERNS
+    },
+    "fflm-length-4l": dataclasses.replace(_FFLM_LENGTH, layers=4, schemes=("rope", "none")),
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(
         train_len=8,
