@@ -211,8 +211,8 @@ def tally(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
         "holm_only": [
             v for v in stated if v["verdict"] == v["stated"] and v["verdict_holm"] != v["stated"]
         ],
-        "fewest_seeds": min(v["seeds"] for v in stated),
-        "most_seeds": max(v["seeds"] for v in stated),
+        "fewest_seeds": min((v["seeds"] for v in stated), default=0),
+        "most_seeds": max((v["seeds"] for v in stated), default=0),
     }
 
 
@@ -511,6 +511,19 @@ def lab_replication(stored: Stored) -> str:
         f"{holm_only(warm)}; withdrawn: {withdrawn(warm)}.",
     ]
     described = {"full", "recall", "recall-warmup"}
+    if stored.has("fflm"):
+        ff = tally(stored.verdicts("fflm"))
+        cfg = stored.lab("fflm", "confirmation")["config"]
+        length = "is stored too" if stored.has("fflm-length") else "is not stored yet"
+        lines.append(
+            f"- Flip-flop (`--preset fflm`, the PaTH paper's Table 1, frozen in "
+            f"`posenc/lab/fflm_propositions.py`; seeds {seeds('fflm')}, "
+            f"{cfg['fflm_steps']:,} training steps where the paper trains 10,000): "
+            f"{ff['raw']} of {ff['stated']} stated claims replicate, {holm_only(ff)}; "
+            f"not replicated: {withdrawn(ff)}. The length axis (`--preset fflm-length`, "
+            f"reported claims only) {length}."
+        )
+        described |= {"fflm", "fflm-length"}
     for preset in WITHDRAWN:
         if preset in described:
             continue
