@@ -440,7 +440,7 @@ def test_importing_posenc_lab_needs_neither_tqdm_nor_matplotlib():
 # ------------------------------------------------------------------ what the chapter states
 
 
-@pytest.mark.parametrize("preset", ["full", "recall", "recall-warmup"])
+@pytest.mark.parametrize("preset", ["full", "recall", "recall-warmup", "fflm"])
 def test_the_withdrawn_claims_are_exactly_those_the_confirmation_set_failed(preset):
     """posenc.lab.replication can neither hide a failure nor drop a claim that replicated."""
     stored = load_results(preset, split="confirmation")
