@@ -19,7 +19,7 @@ import torch
 import posenc.lab as lab
 from posenc.lab import PRESETS, FlipFlopTask, LabConfig, run_all
 from posenc.lab import fflm_propositions as frozen
-from posenc.lab.__main__ import CHECK_FAILS, CHECK_HOLDS, CHECK_REFUSED, main
+from posenc.lab.__main__ import CHECK_FAILS, CHECK_HOLDS, CHECK_REFUSED, CHECK_WITHDRAWN, main
 from posenc.lab.experiments import PRESET_EXPERIMENTS
 from posenc.lab.fflm import FFLM_TOKENS, read_errors
 from posenc.lab.flipflop import eval_sequences, expected_reads
@@ -257,7 +257,16 @@ def test_check_accepts_the_confirmation_set_and_refuses_alien_seeds(tmp_path, ca
     argv = ["--check", str(tmp_path), "--preset", "fflm", "--split", "confirmation"]
     assert main(argv) == CHECK_HOLDS
     assert "replicated: 18 of 18" in capsys.readouterr().out
+    # a withdrawn claim failing (posenc.lab.WITHDRAWN["fflm"]): exit 3, the tally says so
     _write(tmp_path, _synthetic(path_sparse_errors=40))
+    assert main(argv) == CHECK_WITHDRAWN
+    assert "replicated: 17 of 18" in capsys.readouterr().out
+    # a claim the chapter still states failing: exit 1
+    rope_solved = _synthetic()
+    for r in rope_solved["results"]["fflm"]:
+        if r["scheme"] == "rope" and r["eval"] == "id":
+            r["errors"] = 0
+    _write(tmp_path, rope_solved)
     assert main(argv) == CHECK_FAILS
     _write(tmp_path, _synthetic(seeds=tuple(range(5, 15))))
     assert main(argv) == CHECK_REFUSED
@@ -333,9 +342,9 @@ def test_the_layer_patterns_on_the_length_axis_differ_from_their_baseline_only_i
         assert PRESET_EXPERIMENTS[f"fflm-length-{name}"] == PRESET_EXPERIMENTS["fflm-length"]
     small = {"fflm_train_len": 16, "fflm_eval_lengths": (16,), "fflm_steps": 1, "seed": 35}
     plain, _ = lab.Lab(dataclasses.replace(base, **small)).model("fflm", "rope", steps=0)
-    patterned, _ = lab.Lab(
-        dataclasses.replace(PRESETS["fflm-length-rnope-swa"], **small)
-    ).model("fflm", "rope", steps=0)
+    patterned, _ = lab.Lab(dataclasses.replace(PRESETS["fflm-length-rnope-swa"], **small)).model(
+        "fflm", "rope", steps=0
+    )
     a, b = plain.state_dict(), patterned.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     x = torch.randint(0, 5, (2, 15), generator=torch.Generator().manual_seed(0))
