@@ -300,7 +300,9 @@ def test_t_interval_matches_scipy():
         t_test([0.2, 0.2], 0)
 
 
-@pytest.mark.parametrize("k,n", [(0, 5), (5, 5), (3, 5), (9, 10), (1, 10), (130, 256)])
+@pytest.mark.parametrize(
+    "k,n", [(0, 5), (5, 5), (3, 5), (9, 10), (1, 10), (130, 256), (1, 82_000), (26_000, 81_000)]
+)
 def test_exact_binomial_intervals_and_tails_match_scipy(k, n):
     lo, hi = clopper_pearson(k, n)
     ref = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
