@@ -11,7 +11,8 @@ pattern            layers (``i`` from 0; every fourth layer is ``(i + 1) % 4 == 
                    layers of four; NoPE with full attention on every fourth
 ``smollm3``        SmolLM3: RoPE on three layers of four, NoPE on every fourth (all full)
 ``gemma3-bases``   Gemma 3: sliding-window layers with RoPE at a local base, full-attention
-                   layers with RoPE at a base 100 times larger (Gemma 3: 10^4 and 10^6)
+                   layers with RoPE at a base 100 times larger (Gemma 3: 10^4 and 10^6;
+                   Gemma 3 has five local layers to each full one, the lab three)
 =================  ===========================================================================
 
 A pattern is a tuple of :class:`LayerSpec`, one per layer: a scheme (a name of
