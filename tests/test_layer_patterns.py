@@ -432,6 +432,8 @@ def test_presets_carry_the_patterns_and_old_configs_read_unchanged():
         )
         assert LabConfig.from_dict(c.to_dict()) == c
     assert PRESETS["baseline-4l"].layer_pattern is None
+    # one recipe with the recall-warmup ablation: 450 warmup steps, not the recall preset's 150
+    assert PRESETS["baseline-4l"].recall_warmup == PRESETS["recall-warmup"].recall_warmup == 450
     for name in ("full", "recall", "smoke"):
         assert "layer_pattern" not in PRESETS[name].to_dict()  # stored configs compare as before
 

@@ -383,6 +383,9 @@ _FFLM_LENGTH = dataclasses.replace(
     fflm_eval_reads=2048,
 )
 
+# the recall task in a 4-layer model, trained with the recall-warmup recipe
+_PATTERN_4L = dataclasses.replace(_FULL, layers=4, recall_warmup=450)
+
 #: The settings of the named runs (``python -m posenc.lab --preset NAME``): ``"full"``
 #: and ``"recall"`` (the stored runs, the same :class:`LabConfig`; they run other
 #: experiments), ``"recall-warmup"`` (the recall preset with a longer warmup, an
@@ -420,14 +423,23 @@ PRESETS = {
     # ... and its length axis
     "fflm-length": _FFLM_LENGTH,
     # per-layer position patterns as 2025's models ship them (posenc.lab.patterns): the
-    # recall preset's settings with 4 layers; each trains RoPE with the pattern on the
-    # seeds of baseline-4l's RoPE model (same initial weights, same data) ...
+    # recall preset's settings with 4 layers and recall-warmup's 450 warmup steps (with
+    # 150, 1 of 20 rotary models learned the task; with 450, 32 of 32); each trains RoPE
+    # with the pattern on the seeds of baseline-4l's RoPE model (same initial weights,
+    # same data) ...
     **{
-        name: dataclasses.replace(_FULL, layers=4, schemes=("rope",), layer_pattern=name)
+        name: dataclasses.replace(_PATTERN_4L, schemes=("rope",), layer_pattern=name)
         for name in LAYER_PATTERNS
     },
-    # ... and its baselines of the same size: every layer RoPE, every layer NoPE
-    "baseline-4l": dataclasses.replace(_FULL, layers=4, schemes=("rope", "none")),
+    # ... and its baselines of the same size: every layer RoPE, every layer NoPE.
+    # Reported, no propositions; the rule, fixed before the runs (seeds 0-4): for each
+    # pattern and each band beyond L at 8L (bands from L + 1, gains.recall_gains), the
+    # seeds' gain over the window-of-L control, and its paired difference from the
+    # all-RoPE model's gain, each with a 95% t-interval; a pattern "changes" a band when
+    # that difference's interval, Holm-adjusted over the 4 patterns x 3 bands, excludes
+    # 0 and its mean lies outside gains.SESOI_ACCURACY.  The exact Wilcoxon p is printed
+    # beside it; with 5 seeds it cannot fall below 1/16, so it decides nothing here.
+    "baseline-4l": dataclasses.replace(_PATTERN_4L, schemes=("rope", "none")),
     # the same patterns on fflm-length's task (trained at 128 tokens, scored at 128, 512
     # and 2048) in a 4-layer model of the fflm width, against its all-RoPE and all-NoPE
     # baselines (fflm-length-4l); reported, no propositions
