@@ -1,6 +1,7 @@
 """Multi-query associative recall (posenc.lab.recall): the samplers' layout, checked
 token by token, and the scoring, checked with an oracle that applies the rule exactly."""
 
+import copy
 import dataclasses
 import math
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from posenc.lab import PRESETS, Lab
+from posenc.lab import PRESETS, Lab, LabConfig
+from posenc.lab.lab import rope_scaling_for
 from posenc.lab.recall import (
     bands,
     criterion_step,
@@ -22,6 +24,7 @@ from posenc.lab.recall import (
     round_accuracies,
 )
 from posenc.lab.tasks import RecallTask
+from posenc.lab.train import seed_for
 
 
 def _earlier_value(tokens, t, keys):
@@ -223,3 +226,30 @@ def test_experiments_rows_on_a_tiny_run():
     grid = needle_grid(lab)
     assert len({(r["scheme"], r["factor"], r["depth"]) for r in grid}) == len(grid)
     assert all(0 <= r["accuracy"] <= 1 for r in grid + rows)
+
+
+def test_needle_scalings_add_ropes_scaled_grids_and_leave_the_plain_ones():
+    c = dataclasses.replace(
+        PRESETS["smoke"], recall_steps=4, recall_pairs=1, recall_sequences=16,
+        recall_factors=(1, 2, 4), needle_depths=(0.0, 1.0), recall_schemes=("alibi", "rope"),
+    )  # fmt: skip
+    plain = needle_grid(Lab(c))
+    scaled_lab = Lab(dataclasses.replace(c, needle_scalings=True))
+    scaled = needle_grid(scaled_lab)
+    assert [r for r in scaled if ":" not in r["scheme"]] == plain  # the same models, inputs
+    extra = {(r["scheme"], r["factor"], r["depth"]) for r in scaled if ":" in r["scheme"]}
+    methods = ("pi", "ntk", "yarn", "llama3")
+    assert extra == {(f"rope:{m}", f, d) for m in methods for f in (2, 4) for d in (0.0, 1.0)}
+    # each row is the scaled copy of the trained RoPE model on the plain grid's inputs
+    model, _ = scaled_lab.model("recall", "rope")
+    copy_ = copy.deepcopy(model)
+    copy_.set_rope_scaling(rope_scaling_for("yarn", 4, c.train_len))
+    g = torch.Generator().manual_seed(seed_for(c.seed, "needle", 4, 1.0))
+    task = scaled_lab.recall
+    acc, _ = recall_accuracy(copy_, task, *task.needle_batch(32, 4 * c.train_len, 1.0, g))
+    (row,) = [r for r in scaled if (r["scheme"], r["factor"], r["depth"]) == ("rope:yarn", 4, 1.0)]
+    assert row["accuracy"] == pytest.approx(acc, abs=1e-12)
+    assert "needle_scalings" not in c.to_dict()
+    assert LabConfig.from_dict(scaled_lab.config.to_dict()) == scaled_lab.config
+    with pytest.raises(ValueError, match="needle_scalings must be a bool"):
+        dataclasses.replace(c, needle_scalings=1)

@@ -27,6 +27,7 @@ from posenc.lab import (
     LayerSpec,
     TinyDecoder,
     layer_pattern,
+    load_results,
     pattern_from_layers,
     run_all,
 )
@@ -490,3 +491,29 @@ def test_the_command_line_runs_a_pattern_preset(tmp_path):
     stored = json.loads((tmp_path / "irope.json").read_text())
     assert stored["config"]["layer_pattern"] == "irope" and stored["config"]["layers"] == 4
     assert {r["scheme"] for r in stored["results"]["recall"]} >= {"rope", "rope:pi"}
+
+
+@pytest.mark.parametrize(
+    "preset,models",
+    [("baseline-4l", ("rope", "none")), *((name, ("rope",)) for name in LAYER_PATTERNS)],
+)
+def test_stored_pattern_runs_on_the_recall_task(preset, models):
+    """The recall runs the flip-flop chapter shows: each preset's own settings on seeds 0-4
+    (paired with baseline-4l's by seed), every model scored in view, by band with and
+    without the window control, and each band answer's distance stored for the L + 1 cut."""
+    stored = load_results(preset)
+    assert stored["seeds"] == [0, 1, 2, 3, 4]
+    assert LabConfig.from_dict(stored["config"]) == dataclasses.replace(PRESETS[preset], seed=0)
+    rows = stored["results"]["recall"]
+    in_view = {(r["scheme"], r["seed"]) for r in rows if r["factor"] == 0}
+    assert in_view == {(m, s) for m in models for s in stored["seeds"]}
+    bands = ("<L", "L-2L", "2L-4L", "4L-8L")  # at 8L
+    for m in models:
+        for attention in ("full", "window"):
+            far = {(r["seed"], r["band"]) for r in rows if r["scheme"] == m and r["factor"] == 8
+                   and r["attention"] == attention}  # fmt: skip
+            assert far == {(s, b) for s in stored["seeds"] for b in bands}
+    answers = stored["results"]["recall_answers"]
+    assert {(r["seed"], r["factor"], r["band"]) for r in answers} == {
+        (r["seed"], r["factor"], r["band"]) for r in rows if r["factor"] > 0
+    }

@@ -111,6 +111,11 @@ class LabConfig:
         The schemes the recall task trains; ``()``: the same as ``schemes``.
     needle_depths
         Where the needle grid places its pair, as fractions of the context in [0, 1].
+    needle_scalings
+        Also score RoPE's needle grid with each scaling of ``ROPE_METHODS`` at every
+        context beyond ``L`` (rows ``rope:<method>``, as ``recall()`` scores its
+        bands).  ``False`` (default): the plain models only, as every stored run.
+        :meth:`to_dict` leaves it out when ``False``.
     fflm_train_len, fflm_p_ignore
         Flip-flop language modelling (:mod:`posenc.lab.flipflop`): every FFLM model is
         trained on FFL(``fflm_p_ignore``) sequences of ``fflm_train_len`` tokens (even;
@@ -201,6 +206,8 @@ class LabConfig:
     recall_probe_sequences: int = 64
     recall_schemes: tuple[str, ...] = ()
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    # RoPE's needle grid also with each scaling (to_dict writes it only when True)
+    needle_scalings: bool = False
     # flip-flop language modelling (posenc.lab.flipflop): defaults of smoke size, which
     # the fflm presets replace; written by to_dict only where they differ from these
     fflm_train_len: int = 32
@@ -235,8 +242,9 @@ class LabConfig:
         if self.recall_warmup is not None:
             check_int("recall_warmup", self.recall_warmup, minimum=1)
         check_int("seed", self.seed, minimum=0)
-        if not isinstance(self.compile_step, bool):
-            raise ValueError(f"compile_step must be a bool, got {self.compile_step!r}")
+        for flag in ("compile_step", "needle_scalings"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         if self.train_len < 4:
             raise ValueError(f"train_len must be >= 4, got {self.train_len}")
         if not self.eval_factors or any(
@@ -295,7 +303,7 @@ class LabConfig:
             for k, v in vars(self).items()
             if not (k.startswith("fflm_") and v == _FFLM_DEFAULTS[k])
             and not (k == "layer_pattern" and v is None)
-            and not (k == "compile_step" and v is False)
+            and not (k in ("compile_step", "needle_scalings") and v is False)
         }
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 

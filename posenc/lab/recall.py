@@ -196,14 +196,17 @@ def recall_curve(lab: Lab) -> list[Row]:
 
 def needle_grid(lab: Lab) -> list[Row]:
     """Accuracy of the needle's answer at each depth (``needle_depths``) and context
-    ``c L`` (``c`` in ``recall_factors``): one grid per scheme, the recall models."""
+    ``c L`` (``c`` in ``recall_factors``): one grid per scheme, the recall models.
+
+    With ``needle_scalings``, RoPE is also scored with each scaling at every ``c > 1``
+    (rows ``rope:<method>``, on the same inputs as the plain model's)."""
     c = lab.config
     L, task = c.train_len, lab.recall
     rows: list[Row] = []
     sequences = max(32, c.recall_sequences // 2)
-    for scheme in _schemes(lab):
-        model, _ = lab.model("recall", scheme)
-        for f in c.recall_factors:
+
+    def grid(name: str, model: TinyDecoder, factors: Iterable[int]) -> None:
+        for f in factors:
             if model.max_len is not None and f * L > model.max_len:
                 continue
             for depth in c.needle_depths:
@@ -212,9 +215,22 @@ def needle_grid(lab: Lab) -> list[Row]:
                     model, task, *task.needle_batch(sequences, f * L, depth, g)
                 )
                 rows.append(
-                    {"scheme": scheme, "factor": f, "length": f * L, "depth": float(depth),
+                    {"scheme": name, "factor": f, "length": f * L, "depth": float(depth),
                      "accuracy": rounded(acc), "loss": rounded(loss)}
                 )  # fmt: skip
+
+    for scheme in _schemes(lab):
+        model, _ = lab.model("recall", scheme)
+        grid(scheme, model, c.recall_factors)
+        if scheme == "rope" and c.needle_scalings:
+            for method in ROPE_METHODS[1:]:
+                for f in c.recall_factors:
+                    if f == 1:
+                        continue
+                    scaled = copy.deepcopy(model)
+                    scaled.set_rope_scaling(rope_scaling_for(method, f, L))
+                    scaled.to(lab.device)
+                    grid(f"rope:{method}", scaled, (f,))
     return rows
 
 
