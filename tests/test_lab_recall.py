@@ -21,6 +21,7 @@ from posenc.lab.recall import (
     recall_answers,
     recall_curve,
     recall_hits,
+    recall_lead,
     round_accuracies,
 )
 from posenc.lab.tasks import RecallTask
@@ -253,3 +254,44 @@ def test_needle_scalings_add_ropes_scaled_grids_and_leave_the_plain_ones():
     assert LabConfig.from_dict(scaled_lab.config.to_dict()) == scaled_lab.config
     with pytest.raises(ValueError, match="needle_scalings must be a bool"):
         dataclasses.replace(c, needle_scalings=1)
+
+
+def test_a_lead_moves_every_token_and_keeps_every_distance():
+    task = RecallTask(pairs=2)
+    g = torch.Generator().manual_seed(3)
+    x, y, w, dist = task.band_batch(4, 64, 20, 40, g)
+    x2, y2, w2 = task.lead(x, y, w, 32, torch.Generator().manual_seed(4))
+    assert x2.shape == (4, 96)
+    assert torch.equal(x2[:, 32:], x) and torch.equal(y2[:, 32:], y) and torch.equal(w2[:, 32:], w)
+    assert not w2[:, :32].any() and not y2[:, :32].any()
+    assert ((x2[:, :32] >= task.keys) & (x2[:, :32] < task.vocab)).all()  # fillers: values
+    for row in range(4):  # brute force: each scored query's key, as far back as before
+        for t in torch.nonzero(w2[row]).flatten().tolist():
+            back = next(s for s in range(t - 1, -1, -1) if x2[row, s] == x2[row, t])
+            assert t - back in dist[row].tolist()
+    with pytest.raises(ValueError, match="fillers"):
+        task.lead(x, y, w, -1, g)
+    with pytest.raises(ValueError, match="share one"):
+        task.lead(x, y[:, 1:], w, 2, g)
+
+
+def test_recall_lead_scores_the_far_bands_twice_on_the_same_answers():
+    c = dataclasses.replace(
+        PRESETS["smoke"], recall_steps=4, recall_pairs=1, recall_sequences=16,
+        recall_band_answers=8, recall_factors=(1, 4), recall_schemes=("alibi", "learned"),
+    )  # fmt: skip
+    assert recall_lead(Lab(c)) == []  # no lead: nothing scored
+    lab = Lab(dataclasses.replace(c, recall_lead=4))
+    rows = recall_lead(lab)
+    L = c.train_len
+    assert {(r["scheme"], r["band"], r["lead"], r["attention"]) for r in rows} == {
+        (s, b, n, a) for s in ("alibi", "learned") for b in ("L-2L", "2L-4L")
+        for n in (0, 4 * L) for a in ("full", "window")
+    }  # fmt: skip
+    plain = {(r["scheme"], r["band"], r["attention"]): r for r in recall(lab) if r["factor"] == 4}
+    for r in rows:
+        assert r["length"] == 4 * L + r["lead"] and r["answers"] == 8
+        if r["lead"] == 0:  # the recall experiment's own rows, answer by answer
+            assert r["hits"] == plain[r["scheme"], r["band"], r["attention"]]["hits"]
+    assert lab.config.table_len >= 8 * L  # the learned table reaches the moved inputs
+    assert "recall_lead" not in c.to_dict() and lab.config.to_dict()["recall_lead"] == 4

@@ -109,6 +109,12 @@ class LabConfig:
         ``recall_probe_every`` steps on ``recall_probe_sequences`` fixed inputs.
     recall_schemes
         The schemes the recall task trains; ``()``: the same as ``schemes``.
+    recall_lead
+        ``recall_lead`` (:func:`~posenc.lab.recall.recall_lead`): the bands beyond
+        ``L`` at the largest recall context scored again with ``recall_lead * L``
+        filler tokens before the same inputs, so that the far keys sit away from
+        the input's start.  ``0`` (default): not scored, as every stored run;
+        :meth:`to_dict` leaves it out then.
     needle_depths
         Where the needle grid places its pair, as fractions of the context in [0, 1].
     needle_scalings
@@ -205,6 +211,9 @@ class LabConfig:
     recall_probe_every: int = 250
     recall_probe_sequences: int = 64
     recall_schemes: tuple[str, ...] = ()
+    # fillers before the far bands' inputs, in units of L (0: no such scoring; to_dict
+    # writes it only when set)
+    recall_lead: int = 0
     needle_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     # RoPE's needle grid also with each scaling (to_dict writes it only when True)
     needle_scalings: bool = False
@@ -271,6 +280,7 @@ class LabConfig:
             raise ValueError(f"needle_depths must lie in [0, 1], got {self.needle_depths}")
         for f in self.recall_factors:
             check_int("recall_factors", f, minimum=1)
+        check_int("recall_lead", self.recall_lead, minimum=0)
         check_float("fflm_lr", self.fflm_lr, positive=True)
         if not self.fflm_eval_p or not self.fflm_eval_lengths:
             raise ValueError("fflm_eval_p and fflm_eval_lengths must not be empty")
@@ -292,7 +302,10 @@ class LabConfig:
     def table_len(self) -> int:
         """Rows of every learned table: the longest length any experiment evaluates."""
         return self.train_len * max(
-            max(self.eval_factors), self.passkey_factor, self.curse_factor, max(self.recall_factors)
+            max(self.eval_factors),
+            self.passkey_factor,
+            self.curse_factor,
+            max(self.recall_factors) + self.recall_lead,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +317,7 @@ class LabConfig:
             if not (k.startswith("fflm_") and v == _FFLM_DEFAULTS[k])
             and not (k == "layer_pattern" and v is None)
             and not (k in ("compile_step", "needle_scalings") and v is False)
+            and not (k == "recall_lead" and v == 0)
         }
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 

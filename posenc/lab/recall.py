@@ -57,11 +57,13 @@ from .train import seed_for
 __all__ = [
     "DESCRIPTIONS", "EXPERIMENTS", "RecallTask", "bands", "criterion_step", "learned_seeds",
     "learned_threshold", "needle_grid", "recall", "recall_accuracy", "recall_answers",
-    "recall_curve", "recall_hits", "round_accuracies",
+    "recall_curve", "recall_hits", "recall_lead", "round_accuracies",
 ]  # fmt: skip
 
 # (lo, hi, inputs, targets, weights, distances) of one band at one context
 _BandInputs: TypeAlias = tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# (inputs, targets, weights) of a scored batch
+_Batch3: TypeAlias = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _schemes(lab: Lab) -> tuple[str, ...]:
@@ -162,6 +164,54 @@ def recall(lab: Lab) -> list[Row]:
                     scaled.set_rope_scaling(rope_scaling_for(method, f, L))
                     scaled.to(lab.device)
                     by_band(f"rope:{method}", scaled, (f,))
+    return rows
+
+
+def recall_lead(lab: Lab) -> list[Row]:
+    """The far bands scored at two places in the input: where ``recall()`` puts them, and
+    ``recall_lead * L`` tokens later.
+
+    At the largest context ``c L`` of ``recall_factors``, every band beyond ``L``
+    places its keys in the first part of the input (the ``4L-8L`` band at ``8L``
+    in its first half), so distance and position from the start go together.
+    Here the same band inputs are scored as they are (``lead = 0``) and with
+    ``recall_lead * L`` filler tokens before them (:meth:`RecallTask.lead`): every
+    query keeps its key at the same distance, the same answers are scored in the
+    same order, and only the positions move.  Fields as ``recall()``'s band rows,
+    and ``lead`` (fillers before the inputs, in tokens); ``length`` counts them.
+    With ``recall_lead = 0`` there are no rows.  A model with an input table too
+    short for the moved inputs is left out.
+    """
+    c = lab.config
+    if c.recall_lead == 0:
+        return []
+    L, task = c.train_len, lab.recall
+    factor = max(c.recall_factors)
+    lead = c.recall_lead * L
+    chance = rounded(1 / task.values)
+    moved: dict[str, tuple[int, int, list[_Batch3]]] = {}
+    for (f, label), (lo, hi, x, y, w, _) in _band_inputs(lab).items():
+        if f == factor and label != "<L":
+            g = torch.Generator().manual_seed(seed_for(c.seed, "recall-lead", f, lo))
+            moved[label] = (lo, hi, [(x, y, w), task.lead(x, y, w, lead, g)])
+    rows: list[Row] = []
+    for scheme in _schemes(lab):
+        model, _ = lab.model("recall", scheme)
+        if model.max_len is not None and factor * L + lead > model.max_len:
+            continue
+        window = copy.deepcopy(model)
+        window.window = L
+        for label, (lo, hi, batches) in moved.items():
+            for n, (x, y, w) in zip((0, lead), batches, strict=True):
+                for attention, scored in (("full", model), ("window", window)):
+                    hits = recall_hits(scored, task, x, y, w)
+                    rows.append(
+                        {"scheme": scheme, "factor": factor, "lead": n, "length": x.shape[1],
+                         "band": label, "lo": lo, "hi": hi, "attention": attention,
+                         "answers": len(hits), "correct": int(hits.sum()),
+                         "accuracy": rounded(hits.double().mean()), "chance": chance,
+                         "hits": "".join("1" if h else "0" for h in hits.tolist())}
+                    )  # fmt: skip
     return rows
 
 
@@ -277,6 +327,7 @@ EXPERIMENTS = {
     "recall_answers": recall_answers,
     "recall_curve": recall_curve,
     "needle_grid": needle_grid,
+    "recall_lead": recall_lead,
 }
 
 DESCRIPTIONS = {
@@ -286,4 +337,6 @@ DESCRIPTIONS = {
     "recall_answers": "the distance from every query recall scores by band to its key",
     "recall_curve": "in-view recall accuracy probed during training (steps to the criterion)",
     "needle_grid": "recall of one pair placed at depth 0-100% of contexts L..8L, every scheme",
+    "recall_lead": "the far bands at the largest context again with recall_lead x L fillers "
+    "before the same inputs: distance kept, position from the start moved (recall_lead > 0)",
 }

@@ -226,6 +226,35 @@ class RecallTask:
         mask[:, -self.block :: 2] = True
         return self._scored(tokens, mask)
 
+    def lead(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        weights: torch.Tensor,
+        fillers: int,
+        generator: torch.Generator,
+    ) -> _Batch:
+        """The same scored inputs moved ``fillers`` positions later: ``fillers`` filler
+        tokens (drawn from ``generator``) before each row, unscored.
+
+        Every distance between two tokens of the original rows, and so every
+        distance from a query to its key, is kept; only the positions counted from
+        the input's start change.  Scoring a batch with and without a lead tells
+        distance apart from position (:func:`posenc.lab.recall.recall_lead`).
+        """
+        fillers = check_int("fillers", fillers, minimum=0)
+        if not (inputs.shape == targets.shape == weights.shape) or inputs.dim() != 2:
+            raise ValueError(
+                "inputs, targets and weights must share one (batch, length) shape, got "
+                f"{tuple(inputs.shape)}, {tuple(targets.shape)}, {tuple(weights.shape)}"
+            )
+        front = self._fillers(inputs.shape[0], fillers, generator)
+        return (
+            torch.cat((front, inputs), 1),
+            torch.cat((torch.zeros_like(front), targets), 1),
+            torch.cat((weights.new_zeros(front.shape), weights), 1),
+        )
+
     def band_batch(
         self, batch: int, length: int, lo: int, hi: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
