@@ -255,7 +255,7 @@ def test_the_smoke_preset_reproduces_its_stored_results(smoke_run):
     stored = load_results("smoke")
     # the flip-flop experiments came after the stored smoke run; compare skips what a stored
     # run lacks, and tests/test_lab_flipflop.py runs them at smoke size
-    added_later = {"fflm", "fflm_curve", "recall_lead"}
+    added_later = {"fflm", "fflm_curve", "recall_lead", "lm_budget"}
     assert set(stored["results"]) == set(lab.EXPERIMENTS) - added_later
     assert len(stored["seeds"]) >= 3
     assert compare(stored, smoke_run) == []
@@ -499,3 +499,31 @@ def test_stored_confirmation_of_the_second_freeze_is_the_ablation_on_new_seeds()
 def test_a_preset_without_propositions_is_refused_by_name(call):
     with pytest.raises(ValueError, match="preset must be one the propositions are about.*'smoke'"):
         call("smoke")
+
+
+def test_lm_budget_pairs_each_variant_with_its_extrapolation_model():
+    """A budget variant changes only its budget: at the task's own budget (lm_long_steps =
+    steps, or lr scale 1) it is the extrapolation model, loss for loss; at another it differs."""
+    from posenc.lab.experiments import extrapolation, lm_budget
+
+    c = dataclasses.replace(
+        PRESETS["smoke"], steps=6, eval_tokens=64, eval_factors=(1, 2), schemes=("alibi", "rope"),
+        lm_budget_schemes=("rope",), lm_long_steps=6, lm_lr_scales=(1.0, 0.25),
+    )  # fmt: skip
+    lab_ = lab.Lab(c)
+    rows = lm_budget(lab_)
+    base = {r["factor"]: r for r in extrapolation(lab_) if r["scheme"] == "rope"}
+    assert [(r["steps"], r["lr"], r["factor"]) for r in rows] == [
+        (6, c.lr, 1), (6, c.lr, 2), (6, c.lr, 1), (6, c.lr, 2),
+        (6, c.lr * 0.25, 1), (6, c.lr * 0.25, 2),
+    ]  # fmt: skip
+    for r in rows:
+        same = r["lr"] == c.lr
+        assert (r["loss"] == base[r["factor"]]["loss"]) is same, r
+    assert lm_budget(lab.Lab(dataclasses.replace(c, lm_budget_schemes=()))) == []
+    assert "lm_budget_schemes" not in PRESETS["full"].to_dict()
+    assert lab.LabConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ValueError, match="lm_lr_scales must be > 0"):
+        dataclasses.replace(c, lm_lr_scales=(0.0,))
+    with pytest.raises(ValueError, match="scheme"):
+        dataclasses.replace(c, lm_budget_schemes=("rotary",))

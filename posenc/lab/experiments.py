@@ -87,6 +87,29 @@ def rope_budget(lab: Lab) -> list[Row]:
     return [{**r, "steps": c.lm_long_steps} for r in _scaling_rows(lab, base)]
 
 
+def lm_budget(lab: Lab) -> list[Row]:
+    """Language models of ``lm_budget_schemes`` trained with another budget.
+
+    For each such scheme, the loss at every evaluation length of the model trained
+    ``lm_long_steps`` steps, and of the model trained ``steps`` steps at the peak
+    learning rate ``lr * s`` for each ``s`` of ``lm_lr_scales``.  Each starts from
+    the ``extrapolation`` model's initialisation, sees its training data in the
+    same order and warms up over the same steps, so each row pairs with that
+    scheme's ``extrapolation`` row of the same seed and factor.  Fields:
+    :func:`loss_row`'s, ``scheme``, ``steps`` and ``lr``.  No rows when
+    ``lm_budget_schemes`` is empty.
+    """
+    c = lab.config
+    rows: list[Row] = []
+    variants = [{"steps": c.lm_long_steps}] + [{"lr": c.lr * s} for s in c.lm_lr_scales]
+    for scheme in c.lm_budget_schemes:
+        for variant in variants:
+            model, _ = lab.model("lm", scheme, **variant)
+            budget = {"steps": variant.get("steps", c.steps), "lr": variant.get("lr", c.lr)}
+            rows += [loss_row(lab, model, f, scheme=scheme, **budget) for f in c.eval_factors]
+    return rows
+
+
 def _scaling_rows(lab: Lab, base: TinyDecoder) -> list[Row]:
     c = lab.config
     rows: list[Row] = []
@@ -343,6 +366,7 @@ EXPERIMENTS = {
     "extrapolation": extrapolation,
     "rope_scaling": rope_scaling,
     "rope_budget": rope_budget,
+    "lm_budget": lm_budget,
     "early_tokens": early_tokens,
     "passkey": passkey,
     "injection": injection,
@@ -356,6 +380,8 @@ DESCRIPTIONS = {
     "fine-tune (plain RoPE fine-tuned: the control)",
     "rope_budget": "rope_scaling for RoPE trained lm_long_steps (1200) steps, same initialisation, "
     "data and warmup",
+    "lm_budget": "extrapolation for lm_budget_schemes trained lm_long_steps steps, and at "
+    "lr x each lm_lr_scales, same initialisation, data and warmup (when they are set)",
     "early_tokens": "loss by position in fresh L-long windows against fresh 4L-long ones, "
     "every scheme",
     "passkey": "retrieval accuracy by distance band at L and 8L (RoPE also with its scalings)",
@@ -370,12 +396,16 @@ for _module in (_curves, _sweeps, _recall, _flipflop):
 #: What each preset runs by default (``python -m posenc.lab --preset P``): the
 #: recall task needs a longer training budget, so it is a preset of its own, and so is
 #: flip-flop language modelling, whose model has its own shape.
-# (recall_lead scores nothing unless a preset sets LabConfig.recall_lead: left out here,
-# so the stored recall runs hold the experiments they ran)
-RECALL_EXPERIMENTS = tuple(n for n in _recall.EXPERIMENTS if n != "recall_lead")
+# Experiments that score nothing unless a preset sets their fields (LabConfig.recall_lead,
+# lm_budget_schemes): left out of the stored runs' presets, so a re-run holds the
+# experiments the stored run ran
+OPT_IN = ("recall_lead", "lm_budget")
+RECALL_EXPERIMENTS = tuple(n for n in _recall.EXPERIMENTS if n not in OPT_IN)
 FFLM_EXPERIMENTS = tuple(_flipflop.EXPERIMENTS)
 PRESET_EXPERIMENTS = {
-    "full": tuple(n for n in EXPERIMENTS if n not in (*_recall.EXPERIMENTS, *FFLM_EXPERIMENTS)),
+    "full": tuple(
+        n for n in EXPERIMENTS if n not in (*_recall.EXPERIMENTS, *FFLM_EXPERIMENTS, *OPT_IN)
+    ),
     "recall": RECALL_EXPERIMENTS,
     "recall-warmup": RECALL_EXPERIMENTS,
     "fflm": FFLM_EXPERIMENTS,

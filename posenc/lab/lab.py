@@ -98,6 +98,11 @@ class LabConfig:
     lm_long_steps
         ``rope_budget``: RoPE trained this many steps, with the initialisation,
         data and warmup of the ``steps`` model.
+    lm_budget_schemes, lm_lr_scales
+        ``lm_budget``: these schemes' language models also trained ``lm_long_steps``
+        steps, and ``steps`` steps at ``lr`` times each scale, with the
+        initialisation, data and warmup of the ``steps`` model.  Empty (default):
+        no such models, as every stored run; :meth:`to_dict` leaves them out then.
     recall_steps, recall_warmup, recall_pairs
         Multi-query recall (:mod:`posenc.lab.recall`): training steps, warmup steps
         (``None``: ``recall_steps // 20``) and key-value pairs per sequence.
@@ -194,6 +199,10 @@ class LabConfig:
     # the language model's second budget (rope_budget): RoPE trained ``lm_long_steps``
     # steps with the same initialisation, data and warmup as at ``steps``
     lm_long_steps: int = 1200
+    # lm_budget: the same language models at lm_long_steps and at lr x each scale (empty:
+    # none; to_dict writes them only when set)
+    lm_budget_schemes: tuple[str, ...] = ()
+    lm_lr_scales: tuple[float, ...] = ()
     # multi-query associative recall (posenc.lab.recall): ``recall_pairs`` key-value
     # pairs, trained ``recall_steps`` steps at L (warmup ``recall_warmup`` steps;
     # ``None``: recall_steps // 20), the in-view accuracy probed every
@@ -260,7 +269,10 @@ class LabConfig:
             check_int("eval_factors", f, minimum=1) < 1 for f in self.eval_factors
         ):
             raise ValueError(f"eval_factors must be positive integers, got {self.eval_factors}")
-        for s in self.schemes + self.retrieval_schemes + tuple(self.recall_schemes):
+        for v in self.lm_lr_scales:
+            check_float("lm_lr_scales", v, positive=True)
+        schemes = self.schemes + self.retrieval_schemes + tuple(self.recall_schemes)
+        for s in schemes + tuple(self.lm_budget_schemes):
             check_scheme(s)
             cls = posenc.SCHEMES[s]
             if self.layer_pattern is not None and (
@@ -318,6 +330,7 @@ class LabConfig:
             and not (k == "layer_pattern" and v is None)
             and not (k in ("compile_step", "needle_scalings") and v is False)
             and not (k == "recall_lead" and v == 0)
+            and not (k in ("lm_budget_schemes", "lm_lr_scales") and not v)
         }
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 
@@ -589,22 +602,24 @@ class Lab:
         ``variant``: :class:`TinyDecoder` settings that differ from the
         configuration's, for the sweeps (``rope_base``, ``heads``,
         ``alibi_slope_scale``), or a training budget other than the task's
-        (``steps``).  A settings variant is a model of its own, with its own
-        seed; a budget variant keeps the initialisation, the training data and
-        the warmup of the task's own budget, so that only the budget changes.
-        With no variant the seeds are those of the stored runs.
+        (``steps``, or the peak learning rate ``lr``).  A settings variant is a
+        model of its own, with its own seed; a budget variant keeps the
+        initialisation, the training data and the warmup of the task's own budget,
+        so that only the budget changes.  With no variant the seeds are those of
+        the stored runs.
         """
         check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
+        budget = ("steps", "lr")
         for name in variant:
-            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale", "steps"))
+            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale", *budget))
         key = (task, scheme, inject) + tuple(sorted(variant.items()))
         if key not in self._models:
             c = self.config
             data = self._tasks[task]
             # the seeds leave out the budget: a budget variant starts from the same model
             same = (task, scheme, inject) + tuple(
-                sorted((k, v) for k, v in variant.items() if k != "steps")
+                sorted((k, v) for k, v in variant.items() if k not in budget)
             )
             torch.manual_seed(seed_for(c.seed, "init", *same))
             # FFLM: sequences of fflm_train_len tokens, so fflm_train_len - 1 inputs; a
@@ -627,6 +642,7 @@ class Lab:
             warmup = max(1, steps // 20) if warmup is None else warmup  # the task's own
             shape = dict(variant)  # the model's settings: all but the training budget
             steps = check_int("steps", shape.pop("steps", steps), minimum=0)
+            lr = check_float("lr", shape.pop("lr", c.fflm_lr if fflm else c.lr), positive=True)
             kwargs = {**settings, **shape}
             if c.layer_pattern is not None:  # every model of the run, at its own length
                 kwargs["pattern"] = layer_pattern(
@@ -644,7 +660,7 @@ class Lab:
                 length=length,
                 steps=steps,
                 batch=c.fflm_batch if fflm else c.batch,
-                lr=c.fflm_lr if fflm else c.lr,
+                lr=lr,
                 seed=seed_for(c.seed, "data", *same),
                 progress=self.progress,
                 desc=f"{task} {scheme}"
