@@ -670,7 +670,9 @@ class PathAttention(PositionalScheme):
         self, w: torch.Tensor, beta: torch.Tensor, log_f: torch.Tensor | None
     ) -> PathAttention:
         bound = type(self).__new__(type(self))
-        nn.Module.__init__(bound)
+        # super(), not nn.Module.__init__(bound): Dynamo traces the former, and refuses the
+        # latter (a function it skips), so a model that binds in its forward compiles whole
+        super(PathAttention, bound).__init__()
         bound.num_heads, bound.head_dim = self.num_heads, self.head_dim
         bound.model_dim, bound.scale_gate = self.model_dim, self.scale_gate
         bound.gate = None

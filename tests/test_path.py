@@ -286,6 +286,35 @@ def test_causal_attention_by_chunks_equals_the_solve_and_its_gradients(gate, len
     assert not bound._masked_logits(q, k, ctx_s).tril().equal(logits.tril())
 
 
+def test_a_layer_that_binds_in_its_forward_compiles_whole():
+    """bind() inside a compiled forward: no graph break (fullgraph=True), the same output
+    and gradients as eager (a model holds the unbound scheme and binds per call)."""
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scheme = PathAttention(2, 8, model_dim=16, forget_gate=True)
+            self.qkv = torch.nn.Linear(16, 48)
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).view(*x.shape[:2], 3, 2, 8).permute(2, 0, 3, 1, 4)
+            return posenc.attention(q, k, v, encoding=self.scheme.bind(x), causal=True)
+
+    torch.manual_seed(0)
+    layer = Layer()
+    x = torch.randn(2, 12, 16, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(layer, fullgraph=True, backend="eager")(x)
+    finally:
+        torch._dynamo.reset()
+    want = layer(x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    (g,) = torch.autograd.grad(got.sum(), x)
+    (w,) = torch.autograd.grad(want.sum(), x)
+    torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------ RoPE
 
 
