@@ -428,8 +428,8 @@ _PATTERN_4L = dataclasses.replace(_FULL, layers=4, recall_warmup=450)
 #: one layer, two heads, width 64, trained and scored at 512 tokens), ``"fflm-length"``
 #: (the same models trained at 128 tokens and scored at 128, 512 and 2048),
 #: ``"irope"``, ``"rnope-swa"``, ``"smollm3"`` and ``"gemma3-bases"`` (RoPE in a 4-layer
-#: model with that :data:`~posenc.lab.LAYER_PATTERNS` pattern, the recall preset's
-#: settings otherwise), ``"baseline-4l"`` (their all-RoPE and all-NoPE baselines),
+#: model with that :data:`~posenc.lab.LAYER_PATTERNS` pattern, the recall-warmup
+#: preset's settings otherwise), ``"baseline-4l"`` (their all-RoPE and all-NoPE baselines),
 #: ``"fflm-length-irope"`` ... ``"fflm-length-gemma3-bases"`` and ``"fflm-length-4l"``
 #: (the same patterns and baselines at fflm's width on fflm-length's task) and
 #: ``"smoke"`` (every experiment in seconds, for the tests).
