@@ -7,6 +7,7 @@ import math
 import pytest
 
 import posenc.lab
+from posenc.lab import summarize
 from posenc.lab.recall import learned_seeds
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -38,6 +39,9 @@ CONFIG = dataclasses.replace(
     recall_sequences=8,
     recall_band_answers=8,
     eval_tokens=64,
+    recall_lead=2,  # the opt-in experiments, so that every figure has rows
+    lm_budget_schemes=("alibi",),
+    lm_lr_scales=(0.5,),
 )
 
 
@@ -90,6 +94,21 @@ def test_float_keys_stay_apart(results):
         ]
         assert r["seeds"] == len(same) == 2
         assert r["excess"] == pytest.approx(math.fsum(same) / 2, abs=1e-12)
+
+
+def test_lm_budget_keeps_each_learning_rate_apart(results):
+    # lr is a float setting: each budget is its own group, the mean over its own seeds
+    rows = summarize(results["lm_budget"])
+    budgets = {(r["steps"], r["lr"]) for r in rows}
+    assert budgets == {(CONFIG.lm_long_steps, CONFIG.lr), (CONFIG.steps, CONFIG.lr * 0.5)}
+    for r in rows:
+        same = [
+            x["loss"]
+            for x in results["lm_budget"]
+            if (x["steps"], x["lr"], x["factor"]) == (r["steps"], r["lr"], r["factor"])
+        ]
+        assert r["seeds"] == len(same) == 2
+        assert r["loss"] == pytest.approx(math.fsum(same) / 2, abs=1e-12)
 
 
 def test_rope_base_draws_one_line_per_base(results):

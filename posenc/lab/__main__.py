@@ -401,7 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # the passkey figure pools every answer, so it needs how many each accuracy is over
         extra = {"passkey": {"sequences": config.passkey_sequences}}
-        for name in out["results"]:
+        for name, rows in out["results"].items():
+            if not rows:  # an opt-in experiment its settings left off: nothing to draw
+                continue
             fig = FIGURES[name](out["results"], **extra.get(name, {}))
             fig.savefig(args.out / f"{args.preset}_{name}.png", dpi=100)
         print(f"plots: {args.out}/{args.preset}_*.png")

@@ -132,6 +132,32 @@ def rope_budget(results):
     return rope_scaling(results, "rope_budget")
 
 
+def lm_budget(results):
+    """Loss above the floor by evaluation length for each budget (steps, learning rate)."""
+    plt = _plt()
+    rows = summarize(results["lm_budget"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    keys = list(dict.fromkeys((r["scheme"], r["steps"], r["lr"]) for r in rows))
+    _many(ax, len(keys))
+    for scheme, steps, lr in keys:
+        rs = _pick(rows, scheme=scheme, steps=steps, lr=lr)
+        ax.errorbar(
+            [r["factor"] for r in rs], [r["excess"] for r in rs],
+            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
+                  [r["excess_hi"] - r["excess"] for r in rs]],
+            marker="o", ms=4, capsize=2, label=f"{scheme}, {steps} steps, lr {lr:g}",
+        )  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set(
+        xlabel="evaluation length / training length",
+        ylabel="loss above the entropy floor (nats)",
+        title=f"Other budgets ({_seeds(results['lm_budget'])} seeds, 95% t-interval)",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def early_tokens(results):
     plt = _plt()
     rows = summarize(results["early_tokens"])
@@ -623,6 +649,36 @@ def fflm_curve(results):
     return fig
 
 
+def recall_lead(results):
+    """Accuracy of the far bands with and without fillers before the inputs, every seed."""
+    plt = _plt()
+    rows = [r for r in results["recall_lead"] if r["attention"] == "full"]
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    bands = list(dict.fromkeys(r["band"] for r in rows))
+    leads = sorted({r["lead"] for r in rows})
+    fig, axes = plt.subplots(1, len(schemes), figsize=(3 * len(schemes) + 1, 3.2),
+                             sharey=True, squeeze=False)  # fmt: skip
+    for ax, scheme in zip(axes[0], schemes, strict=True):
+        for i, lead in enumerate(leads):
+            for j, band in enumerate(bands):
+                accs = [r["accuracy"] for r in _pick(rows, scheme=scheme, band=band, lead=lead)]
+                ax.plot(
+                    [j + 0.15 * (2 * i - 1)] * len(accs),
+                    accs,
+                    "o",
+                    ms=3,
+                    color=f"C{i}",
+                    label=f"{lead} fillers before" if j == 0 else None,
+                )
+        ax.set_xticks(range(len(bands)), bands)
+        ax.set_title(scheme, fontsize=10)
+    axes[0][0].set_ylabel("recall accuracy (full attention)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"The far bands moved away from the start ({_seeds(rows)} seeds)")
+    fig.tight_layout()
+    return fig
+
+
 def needle_grid(results):
     """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme.
 
@@ -679,6 +735,7 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "extrapolation": extrapolation,
     "rope_scaling": rope_scaling,
     "rope_budget": rope_budget,
+    "lm_budget": lm_budget,
     "early_tokens": early_tokens,
     "passkey": passkey,
     "injection": injection,
@@ -691,6 +748,7 @@ FIGURES: dict[str, Callable[..., Any]] = {
     "recall_answers": recall_answers,
     "recall_curve": recall_curve,
     "needle_grid": needle_grid,
+    "recall_lead": recall_lead,
     "fflm": fflm,
     "fflm_curve": fflm_curve,
 }

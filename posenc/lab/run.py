@@ -316,7 +316,7 @@ def merge(*outputs: Mapping[str, Any]) -> Output:
 
 #: Float fields that are settings, not measurements: they name an observation (the
 #: RoPE base, the ALiBi slope scale, YaRN's beta_fast, the needle's depth).
-SETTINGS = ("base", "scale", "beta_fast", "depth", "p_ignore")
+SETTINGS = ("base", "scale", "beta_fast", "depth", "p_ignore", "lr")
 
 #: Fields that are per-seed measurements but not floats (counts, per-answer records):
 #: they never name an observation.
