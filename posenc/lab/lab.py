@@ -115,7 +115,7 @@ class LabConfig:
     recall_schemes
         The schemes the recall task trains; ``()``: the same as ``schemes``.
     recall_lead
-        ``recall_lead`` (:func:`~posenc.lab.recall.recall_lead`): the bands beyond
+        the experiment ``recall_lead``: the bands beyond
         ``L`` at the largest recall context scored again with ``recall_lead * L``
         filler tokens before the same inputs, so that the far keys sit away from
         the input's start.  ``0`` (default): not scored, as every stored run;

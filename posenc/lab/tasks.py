@@ -240,7 +240,7 @@ class RecallTask:
         Every distance between two tokens of the original rows, and so every
         distance from a query to its key, is kept; only the positions counted from
         the input's start change.  Scoring a batch with and without a lead tells
-        distance apart from position (:func:`posenc.lab.recall.recall_lead`).
+        distance apart from position (the experiment ``recall_lead``).
         """
         fillers = check_int("fillers", fillers, minimum=0)
         if not (inputs.shape == targets.shape == weights.shape) or inputs.dim() != 2:
