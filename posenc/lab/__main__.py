@@ -101,6 +101,9 @@ CHECK_FAILS = 1  # a claim the chapter states does not hold (or has no rows)
 CHECK_REFUSED = 2  # the file is not what --preset and --split say it is
 CHECK_WITHDRAWN = 3  # what the chapter states holds; frozen stated claims failed here
 
+# the presets of the fourth freeze (posenc.lab.recipe_propositions): gains, one family each
+RECIPE_PRESETS = ("recall-recipe", "lm-budget")
+
 
 def _settings_of(config: dict[str, Any]) -> list[str]:
     """The presets whose settings the stored ``config`` has (its schemes and seed aside)."""
@@ -155,8 +158,14 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
     print(f"results: {path}, seeds {results.get('seeds')}")
     print("rules: effect 95% t-interval vs threshold; equivalence 90% t-interval within the "
           "margin (TOST); rate: seeds passing, 95% Clopper-Pearson vs 1/2")  # fmt: skip
-    print("columns: verdict, verdict after Holm's correction (family: the stated, or the "
-          "reported, propositions of one preset), name, interval")  # fmt: skip
+    if preset in RECIPE_PRESETS:
+        print("       gain: 95% t-interval vs the smallest gain of interest (0.05), the exact "
+              "Wilcoxon test agreeing at 5%")  # fmt: skip
+        family = "every proposition of the preset, stated and reported"
+    else:
+        family = "the stated, or the reported, propositions of one preset"
+    print(f"columns: verdict, verdict after Holm's correction (family: {family}), name, "
+          "interval")  # fmt: skip
     print(format_verdicts(verdicts))
     if smoke:
         print(f"(the chapter states its propositions for the full, recall and recall-warmup "
@@ -168,7 +177,7 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
           f"({tally['replicated_holm']} of {tally['stated']} after Holm's correction)")  # fmt: skip
     # what the chapter states: the frozen stated claims, less those its confirmation
     # seeds did not replicate (posenc.lab.replication)
-    withdrawn = WITHDRAWN[preset]
+    withdrawn = WITHDRAWN.get(preset, {})  # a freeze not yet confirmed withdrew nothing
     stated = [p for p in propositions if p.stated is not None and p.name not in withdrawn]
     by_name = {v["name"]: v for v in verdicts}
     for name, why in withdrawn.items():
@@ -303,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed is not None and len(args.seed) != 1:
         p.error(f"--seed must be one seed (use --seeds for several), got {args.seed}")
     if args.check is not None:
-        judged = sorted({*WITHDRAWN, "smoke"})
+        judged = sorted({*WITHDRAWN, *RECIPE_PRESETS, "smoke"})
         if args.preset not in judged:  # nothing is stated about it: a check would pass on nothing
             p.error(
                 f"--check needs a preset the propositions are about ({', '.join(judged)}), "

@@ -411,6 +411,10 @@ PRESET_EXPERIMENTS = {
     "fflm": FFLM_EXPERIMENTS,
     "fflm-length": FFLM_EXPERIMENTS,
     "smoke": tuple(EXPERIMENTS),
+    # the fourth freeze (posenc.lab.recipe_propositions): recall under one recipe, with
+    # the far bands moved from the input's start; the language models' budgets
+    "recall-recipe": (*RECALL_EXPERIMENTS, "recall_lead"),
+    "lm-budget": ("extrapolation", "lm_budget"),
     # the layer patterns of 2025's models and their 4-layer baselines: the recall task
     **{name: RECALL_EXPERIMENTS for name in (*LAYER_PATTERNS, "baseline-4l")},
     # ... and on the flip-flop length axis

@@ -21,7 +21,7 @@ from .fflm import FlipFlopTask, read_errors
 from .model import SCHEMES, TinyDecoder, check_scheme
 from .patterns import LAYER_PATTERNS, layer_pattern
 from .scoring import round_accuracies, rounded
-from .tasks import LanguageTask, RecallTask, RetrievalTask
+from .tasks import LanguageTask, LeadRecallTask, RecallTask, RetrievalTask
 from .train import evaluate_loss, seed_for, train
 
 __all__ = [
@@ -114,6 +114,18 @@ class LabConfig:
         ``recall_probe_every`` steps on ``recall_probe_sequences`` fixed inputs.
     recall_schemes
         The schemes the recall task trains; ``()``: the same as ``schemes``.
+    recall_control_schemes, recall_control_lead
+        The trained window-of-``L`` control: each scheme of
+        ``recall_control_schemes`` that the run trains on recall (a run in parts,
+        ``--schemes``, keeps the list and trains the controls of its own schemes) also
+        trains a recall model whose attention sees only its last ``L`` keys, from the same
+        initialisation and on the same recall inputs as its full model, each
+        step's batch moved by ``n`` filler tokens, ``n`` drawn uniformly from
+        ``0 .. recall_control_lead * L`` (:class:`~posenc.lab.tasks.LeadRecallTask`),
+        so that the window binds during training and the model meets the
+        positions beyond ``L``.  ``recall()`` scores it beside the full model
+        (``attention = "trained-window"``).  Empty (default): no such model, as
+        every stored run; :meth:`to_dict` leaves both out then.
     recall_lead
         the experiment ``recall_lead``: the bands beyond
         ``L`` at the largest recall context scored again with ``recall_lead * L``
@@ -220,6 +232,10 @@ class LabConfig:
     recall_probe_every: int = 250
     recall_probe_sequences: int = 64
     recall_schemes: tuple[str, ...] = ()
+    # the trained window-of-L control's schemes, and the largest lead of its training
+    # inputs in units of L (to_dict writes both only when schemes are set)
+    recall_control_schemes: tuple[str, ...] = ()
+    recall_control_lead: int = 1
     # fillers before the far bands' inputs, in units of L (0: no such scoring; to_dict
     # writes it only when set)
     recall_lead: int = 0
@@ -293,6 +309,9 @@ class LabConfig:
         for f in self.recall_factors:
             check_int("recall_factors", f, minimum=1)
         check_int("recall_lead", self.recall_lead, minimum=0)
+        check_int("recall_control_lead", self.recall_control_lead, minimum=1)
+        for s in self.recall_control_schemes:
+            check_scheme(s)
         check_float("fflm_lr", self.fflm_lr, positive=True)
         if not self.fflm_eval_p or not self.fflm_eval_lengths:
             raise ValueError("fflm_eval_p and fflm_eval_lengths must not be empty")
@@ -318,6 +337,7 @@ class LabConfig:
             self.passkey_factor,
             self.curse_factor,
             max(self.recall_factors) + self.recall_lead,
+            1 + self.recall_control_lead if self.recall_control_schemes else 1,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -331,6 +351,10 @@ class LabConfig:
             and not (k in ("compile_step", "needle_scalings") and v is False)
             and not (k == "recall_lead" and v == 0)
             and not (k in ("lm_budget_schemes", "lm_lr_scales") and not v)
+            and not (
+                k in ("recall_control_schemes", "recall_control_lead")
+                and not self.recall_control_schemes
+            )
         }
         return dict(d, passkey_schemes=list(self.retrieval_schemes))
 
@@ -485,6 +509,27 @@ PRESETS = {
         for name in LAYER_PATTERNS
     },
     "fflm-length-4l": dataclasses.replace(_FFLM_LENGTH, layers=4, schemes=("rope", "none")),
+    # the recall study under one recipe (the fourth freeze, posenc.lab.recipe_propositions,
+    # seeds 25-34): every scheme with recall-warmup's 450 warmup steps; the eight schemes
+    # with stated recall claims also train a window-of-L control (same initialisation and
+    # batches, each moved by 0..L fillers); the far bands at 8L scored again after 8L
+    # fillers; RoPE's needle grid with each scaling
+    "recall-recipe": dataclasses.replace(
+        _FULL,
+        recall_warmup=450,
+        recall_control_schemes=FULL_SCHEMES[:8],
+        recall_control_lead=1,
+        recall_lead=8,
+        needle_scalings=True,
+    ),  # fmt: skip
+    # ... and its language models: the eight schemes at 300 steps, at lm_long_steps and
+    # at a third of the peak learning rate, from the same initialisation and data
+    "lm-budget": dataclasses.replace(
+        _FULL,
+        schemes=FULL_SCHEMES[:8],
+        lm_budget_schemes=FULL_SCHEMES[:8],
+        lm_lr_scales=(1 / 3,),
+    ),  # fmt: skip
     # what the tests and the chapter re-run: every experiment, every scheme, in seconds
     "smoke": LabConfig(
         train_len=8,
@@ -607,19 +652,34 @@ class Lab:
         initialisation, the training data and the warmup of the task's own budget,
         so that only the budget changes.  With no variant the seeds are those of
         the stored runs.
+
+        ``window`` (task ``"recall"`` only, equal to ``train_len``): the trained
+        window-of-``L`` control, a model whose attention sees its last ``L`` keys
+        in training and after, trained on the full model's recall batches (same
+        initialisation, same data seed) each moved by ``0 .. recall_control_lead *
+        L`` fillers (:class:`~posenc.lab.tasks.LeadRecallTask`).
         """
         check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
         budget = ("steps", "lr")
         for name in variant:
-            check_choice("variant", name, ("rope_base", "heads", "alibi_slope_scale", *budget))
+            check_choice(
+                "variant", name, ("rope_base", "heads", "alibi_slope_scale", "window", *budget)
+            )
+        if "window" in variant and (task != "recall" or variant["window"] != self.config.train_len):
+            raise ValueError(
+                "variant window is the recall task's trained control, of train_len = "
+                f"{self.config.train_len} keys; got task={task!r}, window={variant['window']!r}"
+            )
         key = (task, scheme, inject) + tuple(sorted(variant.items()))
         if key not in self._models:
             c = self.config
+            data: LanguageTask | RetrievalTask | RecallTask | FlipFlopTask | LeadRecallTask
             data = self._tasks[task]
-            # the seeds leave out the budget: a budget variant starts from the same model
+            # the seeds leave out the budget and the control's window: such a variant
+            # starts from the same model and sees the same data
             same = (task, scheme, inject) + tuple(
-                sorted((k, v) for k, v in variant.items() if k not in budget)
+                sorted((k, v) for k, v in variant.items() if k not in (*budget, "window"))
             )
             torch.manual_seed(seed_for(c.seed, "init", *same))
             # FFLM: sequences of fflm_train_len tokens, so fflm_train_len - 1 inputs; a
@@ -643,12 +703,19 @@ class Lab:
             shape = dict(variant)  # the model's settings: all but the training budget
             steps = check_int("steps", shape.pop("steps", steps), minimum=0)
             lr = check_float("lr", shape.pop("lr", c.fflm_lr if fflm else c.lr), positive=True)
+            window = shape.pop("window", None)
+            if window is not None:  # the control: every batch moved by a random lead
+                data = LeadRecallTask(
+                    self.recall, c.recall_control_lead * c.train_len,
+                    seed_for(c.seed, "control-lead", *same),
+                )  # fmt: skip
             kwargs = {**settings, **shape}
             if c.layer_pattern is not None:  # every model of the run, at its own length
                 kwargs["pattern"] = layer_pattern(
                     c.layer_pattern, c.layers, length, kwargs["rope_base"]
                 )
             model = TinyDecoder(data.vocab, scheme, length, **kwargs).to(self.device)
+            model.window = None if window is None else int(window)
             probe = None
             if task == "recall":
                 probe = self._recall_probe(model, self.probes.setdefault(key, []))

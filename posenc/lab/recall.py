@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeAlias
 
 import torch
@@ -117,6 +117,11 @@ def recall(lab: Lab) -> list[Row]:
     ``chance`` and ``hits`` (one character per answer, ``"1"`` if right, in the
     order of :func:`recall_answers`' ``distances``).  RoPE is also scored with
     each scaling at factor ``c`` (rows ``rope:<method>``, ``c > 1``).
+
+    With ``recall_control_schemes``, each such scheme's trained window-of-``L``
+    control (``Lab.model("recall", scheme, window=L)``) is scored on the same band
+    inputs (``attention = "trained-window"``; for ``rope:<method>`` with the same
+    scaling), and its in-view accuracy is the in-view row's ``control_accuracy``.
     """
     c = lab.config
     L, task = c.train_len, lab.recall
@@ -127,15 +132,18 @@ def recall(lab: Lab) -> list[Row]:
     threshold = learned_threshold(task)
     rows: list[Row] = []
 
-    def by_band(name: str, model: TinyDecoder, factors: Collection[int]) -> None:
+    def by_band(
+        name: str, model: TinyDecoder, factors: Collection[int], control: TinyDecoder | None
+    ) -> None:
+        masked = copy.deepcopy(model)
+        masked.window = L
+        scorers = [("full", model), ("window", masked)]
+        if control is not None:
+            scorers.append(("trained-window", control))
         for (f, label), (lo, hi, x, y, w, _) in inputs.items():
             if f not in factors or (model.max_len is not None and f * L > model.max_len):
                 continue
-            for attention in ("full", "window"):
-                scored = model
-                if attention == "window":
-                    scored = copy.deepcopy(model)
-                    scored.window = L
+            for attention, scored in scorers:
                 hits = recall_hits(scored, task, x, y, w)
                 rows.append(
                     {"scheme": name, "factor": f, "length": f * L, "band": label, "lo": lo,
@@ -146,25 +154,45 @@ def recall(lab: Lab) -> list[Row]:
 
     for scheme in _schemes(lab):
         model, _ = lab.model("recall", scheme)
+        control = None
+        if scheme in c.recall_control_schemes:
+            control, _ = lab.model("recall", scheme, window=L)
         view = round_accuracies(model, task, *near)
         step = criterion_step(lab.probes[("recall", scheme, "input")], threshold)
+        extra = {}
+        if control is not None:
+            extra["control_accuracy"] = round_accuracies(control, task, *near)["accuracy"]
         rows.append(
             {"scheme": scheme, "factor": 0, "length": L, **view,
              "answers": int((near[2] > 0).sum()), "chance": chance,
              "learned": 1.0 if view["accuracy"] > threshold else 0.0,
-             "criterion_step": None if step is None else float(step)}
+             "criterion_step": None if step is None else float(step), **extra}
         )  # fmt: skip
-        by_band(scheme, model, c.recall_factors)
+        by_band(scheme, model, c.recall_factors, control)
         if scheme == "rope":
-            for method in ROPE_METHODS[1:]:
-                for f in c.recall_factors:
-                    if f == 1:
-                        continue
-                    scaled = copy.deepcopy(model)
-                    scaled.set_rope_scaling(rope_scaling_for(method, f, L))
-                    scaled.to(lab.device)
-                    by_band(f"rope:{method}", scaled, (f,))
+            for method, f, scaled in rope_scalings(lab, model):
+                control_scaled = None
+                if control is not None:
+                    control_scaled = _scaled(lab, control, method, f)
+                by_band(f"rope:{method}", scaled, (f,), control_scaled)
     return rows
+
+
+def _scaled(lab: Lab, model: TinyDecoder, method: str, factor: int) -> TinyDecoder:
+    """A copy of ``model`` with RoPE scaled by ``method`` for contexts of ``factor L``."""
+    scaled = copy.deepcopy(model)
+    scaled.set_rope_scaling(rope_scaling_for(method, factor, lab.config.train_len))
+    return scaled.to(lab.device)
+
+
+def rope_scalings(lab: Lab, model: TinyDecoder) -> Iterator[tuple[str, int, TinyDecoder]]:
+    """``(method, factor, scaled copy of model)`` for each scaling of ``ROPE_METHODS``
+    (after ``"none"``) at each recall context beyond ``L``: the RoPE rows of ``recall()``
+    and of the needle grid."""
+    for method in ROPE_METHODS[1:]:
+        for f in lab.config.recall_factors:
+            if f > 1:
+                yield method, f, _scaled(lab, model, method, f)
 
 
 def recall_lead(lab: Lab) -> list[Row]:
@@ -273,14 +301,8 @@ def needle_grid(lab: Lab) -> list[Row]:
         model, _ = lab.model("recall", scheme)
         grid(scheme, model, c.recall_factors)
         if scheme == "rope" and c.needle_scalings:
-            for method in ROPE_METHODS[1:]:
-                for f in c.recall_factors:
-                    if f == 1:
-                        continue
-                    scaled = copy.deepcopy(model)
-                    scaled.set_rope_scaling(rope_scaling_for(method, f, L))
-                    scaled.to(lab.device)
-                    grid(f"rope:{method}", scaled, (f,))
+            for method, f, scaled in rope_scalings(lab, model):
+                grid(f"rope:{method}", scaled, (f,))
     return rows
 
 

@@ -76,6 +76,10 @@ DECLARED_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
     # 35-44 confirm them, for both flip-flop presets
     "fflm": {"confirmation": tuple(range(35, 45))},
     "fflm-length": {"confirmation": tuple(range(35, 45))},
+    # recipe_propositions.py: stored runs of other presets chose the verdicts; seeds
+    # 25-34 confirm them
+    "recall-recipe": {"confirmation": tuple(range(25, 35))},
+    "lm-budget": {"confirmation": tuple(range(25, 35))},
 }
 
 

@@ -23,7 +23,7 @@ import torch
 from .._checks import check_float, check_int
 from .data import CopyVocabSource, PasskeyTask
 
-__all__ = ["LanguageTask", "RecallTask", "RetrievalTask"]
+__all__ = ["LanguageTask", "LeadRecallTask", "RecallTask", "RetrievalTask"]
 
 # (inputs, targets, weights), each (batch, length)
 _Batch: TypeAlias = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -354,3 +354,44 @@ class RecallTask:
             f"RecallTask(pairs={self.pairs}, keys={self.keys}, values={self.values}, "
             f"rounds={self.rounds})"
         )
+
+
+class LeadRecallTask:
+    """A recall task's training batches, each moved by a random number of fillers.
+
+    The data of the trained window-of-``L`` control (``LabConfig.recall_control_schemes``):
+    every call draws the task's own batch of ``length`` tokens from the caller's
+    generator, then puts ``n`` filler tokens before every row (:meth:`RecallTask.lead`),
+    ``n`` uniform on ``0 .. max_lead`` and the fillers drawn from a generator of its
+    own.  So the recall batches are exactly those the same data seed gives the full
+    model, in the same order; only the lead differs, and every query keeps its pairs
+    within ``length`` tokens while its position from the start reaches
+    ``length + max_lead``.
+
+    Parameters
+    ----------
+    task
+        The recall task whose batches are moved.
+    max_lead
+        The largest lead, in tokens (``>= 0``).
+    seed
+        Seed of the leads and their fillers.
+    """
+
+    def __init__(self, task: RecallTask, max_lead: int, seed: int) -> None:
+        if not isinstance(task, RecallTask):
+            raise TypeError(f"task must be a RecallTask, got {type(task).__name__}")
+        self.task = task
+        self.max_lead = check_int("max_lead", max_lead, minimum=0)
+        self.vocab = task.vocab
+        self._generator = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
+
+    def batch(self, batch: int, length: int, generator: torch.Generator) -> _Batch:
+        """``(inputs, targets, weights)``, each ``(batch, length + n)``: the task's batch of
+        ``length`` tokens after ``n`` unscored fillers, ``n`` drawn per call."""
+        inputs, targets, weights = self.task.batch(batch, length, generator)
+        n = int(torch.randint(self.max_lead + 1, (1,), generator=self._generator))
+        return self.task.lead(inputs, targets, weights, n, self._generator)
+
+    def __repr__(self) -> str:
+        return f"LeadRecallTask({self.task!r}, max_lead={self.max_lead})"

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import fflm_propositions as _fflm
 from . import propositions as _frozen
+from . import recipe_propositions as _recipe
 from . import warmup_propositions as _warmup
 
 __all__ = ["PROPOSITIONS", "check", "failures", "frozen_hash", "propositions_for"]
@@ -26,7 +27,7 @@ __all__ = ["PROPOSITIONS", "check", "failures", "frozen_hash", "propositions_for
 # preset -> the frozen module that states its propositions
 _FREEZES = {
     "full": _frozen, "recall": _frozen, "recall-warmup": _warmup, "fflm": _fflm,
-    "fflm-length": _fflm,
+    "fflm-length": _fflm, "recall-recipe": _recipe, "lm-budget": _recipe,
 }  # fmt: skip
 
 #: Every proposition of the first freeze (posenc/lab/propositions.py), frozen before the
@@ -145,6 +146,15 @@ def check(
     >>> print(f"mean {v['mean']:.3f}, 95% [{v['lo']:.3f}, {v['hi']:.3f}] vs {v['threshold']}")
     mean 0.286, 95% [0.267, 0.306] vs 0.1
     """
+    propositions = tuple(propositions)
+    recipe = [isinstance(p, _recipe.RecipeProposition) for p in propositions]
+    if any(recipe):  # the fourth freeze has its own gain rule and families
+        if not all(recipe):
+            raise ValueError(
+                "propositions must come from one freeze: the fourth freeze's "
+                "(recall-recipe, lm-budget) decide by their own rules"
+            )
+        return _recipe.check(results, propositions)
     return _frozen.check(results, propositions)
 
 
