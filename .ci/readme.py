@@ -649,6 +649,58 @@ def lab_cost(stored: Stored) -> str:
     return "\n".join(lines)
 
 
+# The lab's aim for its training step (issue 35): at least this fraction of the matmul rate.
+AIM_STEP_OF_MATMUL = 0.6
+
+
+def lab_throughput(stored: Stored) -> str:
+    run = stored.bench("lab_throughput_fast")
+    rows, extras = run["rows"], run["lab_loop_extras_ms_per_step"]
+    aim = AIM_STEP_OF_MATMUL
+    lines = [
+        f"Stored run (`benchmarks/results/lab_throughput_fast.json`): {run['workload']}, on "
+        f"{machine(run)}, {run['machine']['date']}, {load_average(run)}; medians of "
+        f"{run['repeats']} repeats, each step's FLOPs over the time a plain matmul of the MLP's "
+        f"shapes took in the same process ({run['matmul_gflops_cpu_time']:.0f} GFLOP/s), by "
+        "CPU time. *Step*: one training step on a fixed batch; *loop*: the lab's own loop "
+        "(`posenc.lab.train`: a fresh batch each step, clipping, the schedule); *compiled*: "
+        "`train(compiled=True)`; *share*: the fraction of the compiled step's time the "
+        "profiler puts in matrix products, the bound on its ratio.",
+        "",
+        "| scheme | eager step | compiled step | eager loop | compiled loop | share | largest "
+        "other op (eager, ms per step) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        op, ms = max(r["largest_other_ops_ms_per_step"].items(), key=lambda kv: kv[1])
+        lines.append(
+            f"| `{r['scheme']}` | {r['bare_step_cpu_of_matmul']:.2f} | "
+            f"{r['bare_step_fast_cpu_of_matmul']:.2f} | {r['lab_loop_cpu_of_matmul']:.2f} | "
+            f"{r['lab_loop_fast_cpu_of_matmul']:.2f} | {r['fast_matrix_product_share']:.2f} | "
+            f"`{op}` {ms:.2f} |"
+        )
+    step_ok = [r["scheme"] for r in rows if r["bare_step_fast_cpu_of_matmul"] >= aim]
+    loop_ok = [r["scheme"] for r in rows if r["lab_loop_fast_cpu_of_matmul"] >= aim]
+    bound = [r["scheme"] for r in rows if r["fast_matrix_product_share"] < aim]
+    first = rows[0]
+    added = first["lab_loop_fast_cpu_ms_per_step"] - first["bare_step_fast_cpu_ms"]
+    lines += [
+        "",
+        f"The aim is a training step at {aim:g} of the matmul rate. The compiled step reaches it "
+        f"for {count(len(step_ok))} of {len(rows)} schemes ({code_list(step_ok)}); the lab's "
+        f"loop for {count(len(loop_ok))}"
+        + (f" ({code_list(loop_ok)})" if loop_ok else "")
+        + f". Why not: the loop adds {added:.1f} ms per step to the compiled step for "
+        f"`{first['scheme']}`, {added / first['lab_loop_fast_cpu_ms_per_step']:.0%} of its "
+        f"loop's time (of which drawing the batch on the same core takes "
+        f"{extras['draw_batch']:.2f} ms and clipping the gradients "
+        f"{extras['clip_grad_norm']:.2f} ms), and the schemes whose compiled step spends less "
+        f"than {aim:g} of its time in matrix products ({code_list(bound)}) cannot reach the aim "
+        "without removing their other work, whose largest op the table's last column names.",
+    ]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Stored], str]] = {
     "intro": intro,
     "performance-fused": performance_fused,
@@ -658,6 +710,7 @@ BLOCKS: dict[str, Callable[[Stored], str]] = {
     "lab-recall-outcome": lab_recall_outcome,
     "lab-sets": lab_sets,
     "lab-cost": lab_cost,
+    "lab-throughput": lab_throughput,
 }
 
 
