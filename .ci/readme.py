@@ -524,6 +524,26 @@ def lab_replication(stored: Stored) -> str:
             f"reported claims only) {length}."
         )
         described |= {"fflm", "fflm-length"}
+    from posenc.lab.recipe_propositions import LM_PRESET, PRESET
+
+    recipe = (PRESET, LM_PRESET)
+    for preset in recipe:
+        name = Path(freeze_file(preset)).name
+        if not stored.has(preset):
+            lines.append(
+                f"- `{preset}`: frozen in `posenc/lab/{name}` (sha256 "
+                f"`{frozen_hash(preset)[:12]}`), seeds 25–34; no confirmation set of it is "
+                "stored yet."
+            )
+            continue
+        t = tally(stored.verdicts(preset))
+        lines.append(
+            f"- `{preset}` (frozen in `posenc/lab/{name}`, sha256 `{frozen_hash(preset)[:12]}`; "
+            f"seeds {seeds(preset)}, the stated claims {rests_on(t)}): {t['raw']} of "
+            f"{t['stated']} stated claims replicate, {holm_only(t)} (one Holm family of all "
+            f"{len(stored.verdicts(preset))} propositions of the preset); not replicated: "
+            f"{withdrawn(t)}."
+        )
     for preset in WITHDRAWN:
         if preset in described:
             continue
