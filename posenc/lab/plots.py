@@ -77,6 +77,17 @@ def training(results):
     return fig
 
 
+def _excess_bars(ax, rows, *, shift=1.0, **style):
+    """Error bars of the loss above the floor (95% t) by evaluation factor, moved sideways
+    by the factor ``shift`` so that several series stay apart."""
+    ax.errorbar(
+        [r["factor"] * shift for r in rows], [r["excess"] for r in rows],
+        yerr=[[r["excess"] - r["excess_lo"] for r in rows],
+              [r["excess_hi"] - r["excess"] for r in rows]],
+        marker="o", ms=4, capsize=2, **style,
+    )  # fmt: skip
+
+
 def extrapolation(results):
     plt = _plt()
     rows = summarize(results["extrapolation"])
@@ -84,14 +95,8 @@ def extrapolation(results):
     fig, ax = plt.subplots(figsize=(8, 4.5))
     _many(ax, len(schemes))
     for i, scheme in enumerate(schemes):
-        rs = _pick(rows, scheme=scheme)
         shift = 2 ** ((i - len(schemes) / 2) * 0.02)  # spread the error bars sideways
-        ax.errorbar(
-            [r["factor"] * shift for r in rs], [r["excess"] for r in rs],
-            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
-                  [r["excess_hi"] - r["excess"] for r in rs]],
-            marker="o", ms=4, capsize=2, label=scheme,
-        )  # fmt: skip
+        _excess_bars(ax, _pick(rows, scheme=scheme), shift=shift, label=scheme)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set(
@@ -133,27 +138,33 @@ def rope_budget(results):
 
 
 def lm_budget(results):
-    """Loss above the floor by evaluation length for each budget (steps, learning rate)."""
+    """Loss above the floor by evaluation length, one panel per scheme: its
+    ``extrapolation`` model (when stored) beside the same model at each other budget."""
     plt = _plt()
     rows = summarize(results["lm_budget"])
-    fig, ax = plt.subplots(figsize=(7, 4))
-    keys = list(dict.fromkeys((r["scheme"], r["steps"], r["lr"]) for r in rows))
-    _many(ax, len(keys))
-    for scheme, steps, lr in keys:
-        rs = _pick(rows, scheme=scheme, steps=steps, lr=lr)
-        ax.errorbar(
-            [r["factor"] for r in rs], [r["excess"] for r in rs],
-            yerr=[[r["excess"] - r["excess_lo"] for r in rs],
-                  [r["excess_hi"] - r["excess"] for r in rs]],
-            marker="o", ms=4, capsize=2, label=f"{scheme}, {steps} steps, lr {lr:g}",
-        )  # fmt: skip
-    ax.set_xscale("log", base=2)
-    ax.set(
-        xlabel="evaluation length / training length",
-        ylabel="loss above the entropy floor (nats)",
-        title=f"Other budgets ({_seeds(results['lm_budget'])} seeds, 95% t-interval)",
-    )
-    ax.legend(fontsize=8)
+    base = summarize(results["extrapolation"]) if results.get("extrapolation") else []
+    schemes = list(dict.fromkeys(r["scheme"] for r in rows))
+    budgets = list(dict.fromkeys((r["steps"], r["lr"]) for r in rows))
+    cols = min(4, len(schemes))
+    nrows = -(-len(schemes) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(10, 1 + 2.6 * nrows), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax in axes.flat[len(schemes) :]:
+        ax.set_visible(False)
+    for ax, scheme in zip(axes.flat, schemes, strict=False):
+        if own := _pick(base, scheme=scheme):
+            _excess_bars(ax, own, label="the extrapolation model")
+        for i, (steps, lr) in enumerate(budgets, 1):
+            _excess_bars(ax, _pick(rows, scheme=scheme, steps=steps, lr=lr),
+                         shift=2 ** (0.04 * i), label=f"{steps} steps, lr {lr:.2g}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(title=scheme, xlabel="length / L")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss above floor (nats)")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"Other budgets ({_seeds(results['lm_budget'])} seeds, 95% t-interval)",
+                 fontsize=10)  # fmt: skip
     fig.tight_layout()
     return fig
 
