@@ -46,11 +46,11 @@ from . import (
 from .experiments import PRESET_EXPERIMENTS
 from .lab import LabConfig
 from .model import check_scheme
-from .propositions import PROPOSITIONS, check, format_verdicts
+from .propositions import PROPOSITIONS, format_verdicts
 from .replication import DECLARED_SEEDS, WITHDRAWN, replication_tally
 from .train import peak_memory_mb
 from .verdicts import _freeze as freeze
-from .verdicts import propositions_for
+from .verdicts import check, propositions_for
 
 
 def _experiments(text: str) -> list[str]:
