@@ -513,7 +513,13 @@ PRESETS = {
     # seeds 25-34): every scheme with recall-warmup's 450 warmup steps; the eight schemes
     # with stated recall claims also train a window-of-L control (same initialisation and
     # batches, each moved by 0..L fillers); the far bands at 8L scored again after 8L
-    # fillers; RoPE's needle grid with each scaling
+    # fillers; RoPE's needle grid with each scaling.  The moved far bands (recall_lead) are
+    # reported, not frozen; their reading rule, written before any of their results was
+    # seen: per scheme and far band at 8L, the seeds' paired difference of the gain over
+    # the masked control (bands from L + 1) with the 8L lead minus without it, its 95%
+    # t-interval, Holm over every scheme x band; position from the start "matters" for a
+    # cell when its adjusted interval excludes 0 and its mean lies outside
+    # gains.SESOI_ACCURACY, with the exact Wilcoxon p printed beside it
     "recall-recipe": dataclasses.replace(
         _FULL,
         recall_warmup=450,
