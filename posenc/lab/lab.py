@@ -516,10 +516,10 @@ PRESETS = {
     # fillers; RoPE's needle grid with each scaling.  The moved far bands (recall_lead) are
     # reported, not frozen; their reading rule, written before any of their results was
     # seen: per scheme and far band at 8L, the seeds' paired difference of the gain over
-    # the masked control (bands from L + 1) with the 8L lead minus without it, its 95%
-    # t-interval, Holm over every scheme x band; position from the start "matters" for a
-    # cell when its adjusted interval excludes 0 and its mean lies outside
-    # gains.SESOI_ACCURACY, with the exact Wilcoxon p printed beside it
+    # the masked control (bands from L + 1) with the 8L lead minus without it, and its 95%
+    # t-interval; position from the start "matters" for a cell when the two-sided t-test
+    # of no difference, Holm-adjusted over every scheme x band, gives p < 0.05 and the
+    # mean lies outside +-gains.SESOI_ACCURACY; the exact Wilcoxon p is printed beside it
     "recall-recipe": dataclasses.replace(
         _FULL,
         recall_warmup=450,
