@@ -288,3 +288,25 @@ def test_check_reads_the_fourth_freeze_by_its_own_rule(smoke_run, tmp_path, caps
     alien = dict(smoke_run, seeds=[5, 6])
     (tmp_path / "recall-recipe-confirmation.json").write_text(json.dumps(alien))
     assert main(argv) == CHECK_REFUSED
+
+
+def test_recall_gains_reads_either_control(smoke_run):
+    """Against the trained control only the schemes that have one give cells; each cell's
+    gains are the full model's accuracy minus that control's, seed by seed."""
+    masked = {(g["scheme"], g["band"], g["factor"]): g for g in lab.recall_gains(smoke_run)}
+    trained = lab.recall_gains(smoke_run, control="trained-window")
+    assert {g["scheme"] for g in trained} == {"rope"} | {
+        f"rope:{m}" for m in ("ntk", "yarn", "llama3", "pi")
+    }
+    rows = smoke_run["results"]["recall"]
+    for g in trained:
+        acc = {
+            (r["seed"], r["attention"]): r["accuracy"]
+            for r in rows
+            if (r["scheme"], r.get("band"), r["factor"]) == (g["scheme"], g["band"], g["factor"])
+        }
+        want = [acc[s, "full"] - acc[s, "trained-window"] for s in (25, 26)]
+        assert g["gains"] == pytest.approx(want)
+        assert (g["scheme"], g["band"], g["factor"]) in masked
+    with pytest.raises(ValueError, match="control must be"):
+        lab.recall_gains(smoke_run, control="trained")

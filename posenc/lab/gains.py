@@ -119,6 +119,7 @@ def recall_gains(
     *,
     band_start: str = "L",
     family: str | None = None,
+    control: str = "window",
 ) -> list[dict[str, Any]]:
     """Per (scheme, band, context): the seeds' gains over the window-of-L control.
 
@@ -134,6 +135,11 @@ def recall_gains(
     family
         The name of the Holm family (default: the config's ``recall_warmup`` and
         seeds, which tell the presets apart); every gain of ``results`` is in it.
+    control
+        The rows the full model is compared with: ``"window"`` (the same model with
+        its attention masked to its last ``L`` keys) or ``"trained-window"`` (the
+        trained control of ``LabConfig.recall_control_schemes``; cells without it
+        are left out).
 
     Returns
     -------
@@ -169,6 +175,8 @@ def recall_gains(
         start = train_len + 1
     elif band_start != "L":
         raise ValueError(f"band_start must be 'L' or 'L+1', got {band_start!r}")
+    if control not in ("window", "trained-window"):
+        raise ValueError(f"control must be 'window' or 'trained-window', got {control!r}")
     answers = _answers(res) if start is not None else {}
     cells: dict[tuple[str, str, int], dict[int, dict[str, float]]] = {}
     for row in res.get("recall", []):
@@ -184,9 +192,9 @@ def recall_gains(
     for scheme, band, factor in sorted(cells, key=lambda c: (c[0], c[2], c[1])):
         by_seed = cells[(scheme, band, factor)]
         gains = [
-            s["full"] - s["window"]
+            s["full"] - s[control]
             for _, s in sorted(by_seed.items())
-            if "full" in s and "window" in s and not math.isnan(s["full"] - s["window"])
+            if "full" in s and control in s and not math.isnan(s["full"] - s[control])
         ]
         if not gains:
             continue
