@@ -594,6 +594,11 @@ def lab_recall_outcome(stored: Stored) -> str:
     return "\n".join(lines)
 
 
+def _recipe_sets(stored: Stored) -> list[tuple[str, str]]:
+    """The fourth freeze's confirmation sets that are stored (they are run in parts)."""
+    return [(p, "confirmation") for p in ("lm-budget", "recall-recipe") if stored.has(p)]
+
+
 def lab_sets(stored: Stored) -> str:
     lines = [
         "| file | seeds: schemes |",
@@ -606,6 +611,7 @@ def lab_sets(stored: Stored) -> str:
         ("recall", "confirmation"),
         ("recall-warmup", "discovery"),
         ("recall-warmup", "confirmation"),
+        *_recipe_sets(stored),
         ("smoke", "discovery"),
     ]
     for preset, split in names:
@@ -650,6 +656,7 @@ def lab_cost(stored: Stored) -> str:
         ("recall", "confirmation"),
         ("recall-warmup", "discovery"),
         ("recall-warmup", "confirmation"),
+        *_recipe_sets(stored),
         ("smoke", "discovery"),
     ):
         results = stored.lab(preset, split)
