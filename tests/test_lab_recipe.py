@@ -310,3 +310,30 @@ def test_recall_gains_reads_either_control(smoke_run):
         assert (g["scheme"], g["band"], g["factor"]) in masked
     with pytest.raises(ValueError, match="control must be"):
         lab.recall_gains(smoke_run, control="trained")
+
+
+def test_stored_lm_budget_set_is_the_frozen_preset_on_its_declared_seeds():
+    """lm-budget-confirmation.json: the preset's settings on seeds 25-34, which no stored run
+    used before, with every scheme's three budgets on every seed, decided by the freeze."""
+    stored = load_results("lm-budget", split="confirmation")
+    assert stored["config"] == dict(PRESETS["lm-budget"].to_dict(), seed=25)
+    assert stored["seeds"] == list(recipe.SEEDS)
+    earlier = {
+        s
+        for preset, split in (("full", "discovery"), ("full", "confirmation"),
+                              ("recall", "discovery"), ("recall", "confirmation"),
+                              ("recall-warmup", "discovery"), ("recall-warmup", "confirmation"))
+        for s in load_results(preset, split=split)["seeds"]
+    }  # fmt: skip
+    assert not earlier & set(stored["seeds"])
+    budgets = {(r["scheme"], r["seed"], r["steps"], round(r["lr"], 9))
+               for r in stored["results"]["lm_budget"]}  # fmt: skip
+    lr = PRESETS["lm-budget"].lr
+    assert budgets == {
+        (s, seed, steps, round(rate, 9))
+        for s in recipe.CONTROL_SCHEMES for seed in recipe.SEEDS
+        for steps, rate in ((1200, lr), (300, lr * recipe.LR_SCALE))
+    }  # fmt: skip
+    verdicts = lab.check(stored, lab.propositions_for("lm-budget"))
+    assert {v["seeds"] for v in verdicts} == {10}
+    assert lab.replication_tally(verdicts)["stated"] == 7

@@ -59,6 +59,8 @@ WITHDRAWN: dict[str, dict[str, str]] = {
         ),
     },
     "fflm-length": {},
+    # the fourth freeze (posenc.lab.recipe_propositions): its language models on seeds 25-34
+    "lm-budget": {},
 }
 
 #: The seeds each freeze declared for its discovery and its confirmation set, by preset
