@@ -527,6 +527,7 @@ def lab_replication(stored: Stored) -> str:
     from posenc.lab.recipe_propositions import LM_PRESET, PRESET
 
     recipe = (PRESET, LM_PRESET)
+    described |= set(recipe)
     for preset in recipe:
         name = Path(freeze_file(preset)).name
         if not stored.has(preset):
@@ -540,8 +541,8 @@ def lab_replication(stored: Stored) -> str:
         lines.append(
             f"- `{preset}` (frozen in `posenc/lab/{name}`, sha256 `{frozen_hash(preset)[:12]}`; "
             f"seeds {seeds(preset)}, the stated claims {rests_on(t)}): {t['raw']} of "
-            f"{t['stated']} stated claims replicate, {holm_only(t)} (one Holm family of all "
-            f"{len(stored.verdicts(preset))} propositions of the preset); not replicated: "
+            f"{t['stated']} stated claims replicate, {holm_only(t)}, in one Holm family of all "
+            f"{len(stored.verdicts(preset))} propositions of the preset; not replicated: "
             f"{withdrawn(t)}."
         )
     for preset in WITHDRAWN:
