@@ -121,7 +121,7 @@ class LabConfig:
         trains a recall model whose attention sees only its last ``L`` keys, from the same
         initialisation and on the same recall inputs as its full model, each
         step's batch moved by ``n`` filler tokens, ``n`` drawn uniformly from
-        ``0 .. recall_control_lead * L`` (:class:`~posenc.lab.tasks.LeadRecallTask`),
+        ``0 .. recall_control_lead * L`` (``posenc.lab.tasks.LeadRecallTask``),
         so that the window binds during training and the model meets the
         positions beyond ``L``.  ``recall()`` scores it beside the full model
         (``attention = "trained-window"``).  Empty (default): no such model, as
@@ -663,7 +663,7 @@ class Lab:
         window-of-``L`` control, a model whose attention sees its last ``L`` keys
         in training and after, trained on the full model's recall batches (same
         initialisation, same data seed) each moved by ``0 .. recall_control_lead *
-        L`` fillers (:class:`~posenc.lab.tasks.LeadRecallTask`).
+        L`` fillers (``posenc.lab.tasks.LeadRecallTask``).
         """
         check_choice("task", task, tuple(self._tasks))
         scheme = check_scheme(scheme)
