@@ -170,7 +170,7 @@ def recall(lab: Lab) -> list[Row]:
         )  # fmt: skip
         by_band(scheme, model, c.recall_factors, control)
         if scheme == "rope":
-            for method, f, scaled in rope_scalings(lab, model):
+            for method, f, scaled in _rope_scalings(lab, model):
                 control_scaled = None
                 if control is not None:
                     control_scaled = _scaled(lab, control, method, f)
@@ -185,7 +185,7 @@ def _scaled(lab: Lab, model: TinyDecoder, method: str, factor: int) -> TinyDecod
     return scaled.to(lab.device)
 
 
-def rope_scalings(lab: Lab, model: TinyDecoder) -> Iterator[tuple[str, int, TinyDecoder]]:
+def _rope_scalings(lab: Lab, model: TinyDecoder) -> Iterator[tuple[str, int, TinyDecoder]]:
     """``(method, factor, scaled copy of model)`` for each scaling of ``ROPE_METHODS``
     (after ``"none"``) at each recall context beyond ``L``: the RoPE rows of ``recall()``
     and of the needle grid."""
@@ -301,7 +301,7 @@ def needle_grid(lab: Lab) -> list[Row]:
         model, _ = lab.model("recall", scheme)
         grid(scheme, model, c.recall_factors)
         if scheme == "rope" and c.needle_scalings:
-            for method, f, scaled in rope_scalings(lab, model):
+            for method, f, scaled in _rope_scalings(lab, model):
                 grid(f"rope:{method}", scaled, (f,))
     return rows
 
