@@ -129,3 +129,90 @@ def test_bad_input_is_named() -> None:
             {"seed": 0, "scheme": "x", "band": "L-2L", "factor": 2, "attention": a,
              "accuracy": 0.5, "lo": 32} for a in ("full", "window")]}}
     )[0]["lo"])  # fmt: skip
+
+
+# ------------------------------------------------------- the moved far bands (recall_lead)
+
+
+def _lead_run(hits: dict[tuple[int, str, int, str], str], distances: list[int]) -> dict:
+    """A run with L = 4: one far band at 8L; hits per (seed, scheme, lead, attention)."""
+    rows = [
+        {"seed": s, "scheme": k, "factor": 8, "lead": n, "band": "L-2L", "lo": 4, "hi": 7,
+         "attention": a, "hits": h, "accuracy": h.count("1") / len(h)}
+        for (s, k, n, a), h in hits.items()
+    ]  # fmt: skip
+    seeds = sorted({s for s, *_ in hits})
+    answers = [{"seed": s, "factor": 8, "band": "L-2L", "distances": distances} for s in seeds]
+    return {"config": {"train_len": 4}, "seeds": seeds,
+            "results": {"recall_lead": rows, "recall_answers": answers}}  # fmt: skip
+
+
+def test_lead_effects_by_hand() -> None:
+    # distances 4, 5, 6, 7 with L = 4: the first answer (distance L) is dropped.
+    # seed 0: stored 1.0 - 0.0, moved 2/3 - 0.0: diff -1/3
+    # seed 1: stored 2/3 - 1/3, moved 1/3 - 1/3: diff -1/3 (the same: no spread, mean
+    #         outside the margin, so undecided); seed 2 makes it -1/3, -1/3, 0
+    hits = {(0, "x", 0, "full"): "1111", (0, "x", 0, "window"): "1000",
+            (0, "x", 32, "full"): "0110", (0, "x", 32, "window"): "1000",
+            (1, "x", 0, "full"): "0110", (1, "x", 0, "window"): "0100",
+            (1, "x", 32, "full"): "0100", (1, "x", 32, "window"): "1100"}  # fmt: skip
+    (row,) = lab.lead_effects(_lead_run(hits, [4, 5, 6, 7]))
+    assert row["diffs"] == pytest.approx([-1 / 3, -1 / 3], abs=1e-12)
+    assert (row["lead"], row["seeds"], row["matters"]) == (32, 2, None)
+    assert math.isnan(row["p_t"]) and row["p_t_holm"] == 1.0
+    hits |= {(2, "x", n, a): "1111" for n in (0, 32) for a in ("full", "window")}
+    (row,) = lab.lead_effects(_lead_run(hits, [4, 5, 6, 7]))
+    assert row["diffs"] == pytest.approx([-1 / 3, -1 / 3, 0.0], abs=1e-12)
+    want = stats.ttest_1samp(row["diffs"], 0.0)
+    assert row["p_t"] == pytest.approx(want.pvalue, rel=1e-9)
+    assert (row["lo"], row["hi"]) == pytest.approx(want.confidence_interval(0.95), rel=1e-9)
+    assert row["matters"] is False  # p about 0.18: not shown, although the mean is -0.22
+    # seed 0's pattern on seeds 3 and 4, and seed 5 with diff -2/3: t about -6 on 4 df
+    four = {k: h for k, h in hits.items() if k[0] == 0}
+    four |= {(s, *k[1:]): h for s in (3, 4) for k, h in hits.items() if k[0] == 0}
+    four |= {(5, "x", 0, "full"): "1111", (5, "x", 0, "window"): "1000",
+             (5, "x", 32, "full"): "0100", (5, "x", 32, "window"): "1000"}  # fmt: skip
+    (row,) = lab.lead_effects(_lead_run(four, [4, 5, 6, 7]))
+    assert row["diffs"] == pytest.approx([-1 / 3] * 3 + [-2 / 3], abs=1e-12)
+    assert row["p_t"] == pytest.approx(stats.ttest_1samp(row["diffs"], 0.0).pvalue, rel=1e-9)
+    assert row["p_t"] < 0.05 and row["matters"] is True
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.text("01", min_size=16, max_size=16), min_size=24, max_size=24))
+def test_lead_effects_holm_and_the_rule(strings: list[str]) -> None:
+    """Three seeds, two schemes: p_t is scipy's t-test, Holm runs over both cells, and
+    ``matters`` is exactly the committed rule; swapping the two leads negates every diff."""
+    keys = [(s, k, n, a) for k in ("x", "y") for s in range(3) for n in (0, 32)
+            for a in ("full", "window")]  # fmt: skip
+    hits = dict(zip(keys, strings, strict=True))
+    distances = list(range(2, 18))
+    rows = lab.lead_effects(_lead_run(hits, distances))
+    raw = [1.0 if math.isnan(r["p_t"]) else r["p_t"] for r in rows]
+    assert [r["p_t_holm"] for r in rows] == pytest.approx(holm(raw))
+    for r in rows:
+        if len(set(r["diffs"])) > 1:
+            assert r["p_t"] == pytest.approx(stats.ttest_1samp(r["diffs"], 0.0).pvalue, rel=1e-9)
+        outside = abs(r["mean"]) > SESOI_ACCURACY
+        if not outside:
+            assert r["matters"] is False
+        elif math.isnan(r["p_t"]):
+            assert r["matters"] is None
+        else:
+            assert r["matters"] == (r["p_t_holm"] < 0.05)
+    swapped = {(s, k, 32 - n, a): h for (s, k, n, a), h in hits.items()}
+    for r, w in zip(rows, lab.lead_effects(_lead_run(swapped, distances)), strict=True):
+        assert w["diffs"] == pytest.approx([-d for d in r["diffs"]], abs=1e-12)
+
+
+def test_lead_effects_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="train_len"):
+        lab.lead_effects({"results": {}})
+    with pytest.raises(ValueError, match="no recall_lead rows"):
+        lab.lead_effects({"config": {"train_len": 4}, "results": {}})
+    one = {(0, "x", n, a): "1111" for n in (0, 32) for a in ("full", "window")}
+    with pytest.raises(ValueError, match="lead 0 and one other"):
+        lab.lead_effects(_lead_run(one | {(0, "x", 64, "full"): "1111"}, [4, 5, 6, 7]))
+    del one[0, "x", 32, "window"]
+    with pytest.raises(ValueError, match="lacks the row"):
+        lab.lead_effects(_lead_run(one, [4, 5, 6, 7]))

@@ -38,7 +38,7 @@ from typing import Any
 from .data import CopyVocabSource, PasskeyTask
 from .experiments import DESCRIPTIONS, EXPERIMENTS, curse_batches, curse_summary
 from .fflm import FFLM_TOKENS, FlipFlopTask, flip_flop, read_errors
-from .gains import SESOI_ACCURACY, SESOI_LOSS, recall_gains, wilcoxon_exact
+from .gains import SESOI_ACCURACY, SESOI_LOSS, lead_effects, recall_gains, wilcoxon_exact
 from .lab import FFLM_SCHEMES, PRESETS, ROPE_METHODS, Lab, LabConfig, rope_scaling_for
 from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .patterns import LAYER_PATTERNS, LayerSpec, layer_pattern, pattern_from_layers
@@ -90,6 +90,7 @@ __all__ = [
     "flip_flop",
     "frozen_hash",
     "layer_pattern",
+    "lead_effects",
     "learned_seeds",
     "load_results",
     "merge",

@@ -36,7 +36,14 @@ from typing import Any
 
 from .stats import holm, t_interval, t_test
 
-__all__ = ["SESOI_ACCURACY", "SESOI_LOSS", "moved", "recall_gains", "wilcoxon_exact"]
+__all__ = [
+    "SESOI_ACCURACY",
+    "SESOI_LOSS",
+    "lead_effects",
+    "moved",
+    "recall_gains",
+    "wilcoxon_exact",
+]
 
 #: The smallest difference in accuracy (a proportion of answers) the book treats as
 #: real: 0.05, five answers in a hundred.  Defined, not measured.
@@ -236,3 +243,86 @@ def moved(before: Iterable[Mapping[str, Any]], after: Iterable[Mapping[str, Any]
         for s, b, f in [(r["scheme"], r["band"], r["factor"])]
         if (s, b, f) in a and a[(s, b, f)] != r["passes"]
     ]
+
+
+def lead_effects(results: Mapping[str, Any], *, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """Per (scheme, far band): does moving the inputs away from the start change the gain?
+
+    The reading rule of the experiment ``recall_lead``, committed with the preset
+    ``recall-recipe`` before any of its results was seen.  Per seed, the gain over the
+    masked window-of-L control (bands from ``L + 1``, as :func:`recall_gains` with
+    ``band_start="L+1"``) is measured on the same band inputs twice: as stored and
+    after ``lead`` filler tokens.  Its paired difference, moved minus as stored, is the
+    statistic: distance is kept and only the position from the start changes.
+
+    Parameters
+    ----------
+    results
+        A run holding ``recall_lead`` rows (``attention`` ``"full"`` and ``"window"``,
+        ``lead`` 0 and one positive lead), ``recall_answers`` for the same seeds, and
+        its ``config`` (for ``train_len``).
+    alpha
+        The familywise level of the decision.
+
+    Returns
+    -------
+    list of dict
+        One per (scheme, band), in stored order: ``scheme``, ``band``, ``factor``,
+        ``lead`` (fillers, in tokens), ``diffs`` (one per seed, in seed order),
+        ``seeds``, ``mean``, ``lo``, ``hi`` (95% t), ``p_t`` (two-sided t-test of no
+        change), ``p_t_holm`` (Holm over every row), ``p_wilcoxon`` (exact, printed
+        beside it, decides nothing) and ``matters``: ``True`` when ``p_t_holm <
+        alpha`` and the mean lies outside ``±`` :data:`SESOI_ACCURACY`; ``False``
+        otherwise; ``None`` when the mean lies outside and the differences have no
+        spread (no t-test to decide).  A row without spread enters Holm's family with
+        ``p_t = 1``: it is one of the scheme x band cells the rule counts.
+    """
+    if "results" not in results or "train_len" not in results.get("config", {}):
+        raise ValueError("results must be a stored run with its config (its train_len)")
+    res = results["results"]
+    start = int(results["config"]["train_len"]) + 1
+    answers = _answers(res)
+    acc: dict[tuple[str, str, int], dict[int, dict[tuple[int, str], float]]] = {}
+    leads: set[int] = set()
+    for row in res.get("recall_lead", []):
+        distances = answers.get((row["seed"], row["factor"], row["band"]))
+        cell = acc.setdefault((row["scheme"], row["band"], row["factor"]), {})
+        cell.setdefault(row["seed"], {})[row["lead"], row["attention"]] = _accuracy(
+            row, distances, start
+        )
+        leads.add(row["lead"])
+    if not acc:
+        raise ValueError("results hold no recall_lead rows (the preset's recall_lead is 0)")
+    moved_by = max(leads)
+    if sorted(leads) != [0, moved_by]:
+        raise ValueError(f"recall_lead rows must have lead 0 and one other, got {sorted(leads)}")
+    out: list[dict[str, Any]] = []
+    for (scheme, band, factor), by_seed in acc.items():
+        diffs = []
+        for _, a in sorted(by_seed.items()):
+            try:
+                g0 = a[0, "full"] - a[0, "window"]
+                g1 = a[moved_by, "full"] - a[moved_by, "window"]
+            except KeyError as missing:
+                raise ValueError(f"{scheme} {band}: a seed lacks the row {missing}") from None
+            # accuracies are counts over a few hundred answers: equal differences must
+            # compare equal (no spread), not differ by roundoff and feed a t-test
+            diffs.append(round(g1 - g0, 12))
+        if len(diffs) > 1 and max(diffs) > min(diffs):
+            mean, lo, hi = t_interval(diffs, 0.95, exact=True)
+            p_t = min(1.0, 2 * min(t_test(diffs, 0.0)))
+        else:  # no spread: no interval, no t-test, no decision
+            mean, lo, hi, p_t = math.fsum(diffs) / len(diffs), math.nan, math.nan, math.nan
+        out.append({
+            "scheme": scheme, "band": band, "factor": factor, "lead": moved_by, "diffs": diffs,
+            "seeds": len(diffs), "mean": mean, "lo": lo, "hi": hi, "p_t": p_t,
+            "p_wilcoxon": wilcoxon_exact(diffs),
+        })  # fmt: skip
+    adjusted = holm(1.0 if math.isnan(r["p_t"]) else float(r["p_t"]) for r in out)
+    for row, p_adj in zip(out, adjusted, strict=True):
+        row["p_t_holm"] = p_adj
+        if abs(row["mean"]) <= SESOI_ACCURACY:  # inside the margin: never "matters"
+            row["matters"] = False
+        else:
+            row["matters"] = None if math.isnan(row["p_t"]) else bool(p_adj < alpha)
+    return out
