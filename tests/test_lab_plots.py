@@ -216,6 +216,25 @@ def test_needle_grid_cells_are_the_mean_over_the_seeds_that_learned(results):
         plt.close(fig)
 
 
+def test_needle_grid_of_a_scaled_rope_counts_ropes_learned_seeds(results):
+    """A "rope:pi" row comes from RoPE's model: its panel averages RoPE's learned seeds."""
+    results = copy.deepcopy(results)
+    for r in results["recall"]:
+        if r["factor"] == 0:
+            r["learned"] = 1.0 if (r["scheme"], r["seed"]) == ("rope", 0) else 0.0
+    scaled = [{**r, "scheme": "rope:pi", "accuracy": 1.0 - r["accuracy"]}
+              for r in results["needle_grid"] if r["scheme"] == "rope"]  # fmt: skip
+    results["needle_grid"] = scaled
+    fig = plots.needle_grid(results)
+    try:
+        (ax,) = [a for a in fig.axes if a.images]
+        assert ax.get_title() == "rope:pi (1 of 2 learned)"
+        want = sorted(r["accuracy"] for r in scaled if r["seed"] == 0)
+        assert sorted(float(t.get_text()) for t in ax.texts) == pytest.approx(want, abs=0.0051)
+    finally:
+        plt.close(fig)
+
+
 def test_passkey_pools_every_answer_with_a_clopper_pearson_interval(results):
     """Each point is the accuracy of every answer of every seed, its bar the exact binomial
     interval of those answers (golden values from SciPy's beta quantiles)."""

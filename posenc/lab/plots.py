@@ -694,7 +694,8 @@ def needle_grid(results):
     """Mean recall accuracy of one needle by depth and context length, one heatmap per scheme.
 
     When ``results`` also holds the ``recall`` rows, each scheme's mean is over the seeds
-    whose model learned the task (the outcome is bimodal), and its title says how many.
+    whose model learned the task (the outcome is bimodal), and its title says how many; a
+    scaled RoPE (``"rope:<method>"``) is RoPE's model, so it counts RoPE's seeds.
     """
     plt = _plt()
     raw = results["needle_grid"]
@@ -704,8 +705,12 @@ def needle_grid(results):
             learned.setdefault(r["scheme"], set())
             if r["learned"] == 1.0:
                 learned[r["scheme"]].add(r["seed"])
+
+    def base(scheme):  # "rope:pi" is the RoPE model scaled at test time: RoPE's seeds
+        return str(scheme).split(":")[0]
+
     if learned:
-        raw = [r for r in raw if r["seed"] in learned.get(r["scheme"], ())]
+        raw = [r for r in raw if r["seed"] in learned.get(base(r["scheme"]), ())]
     rows = _summary(raw, "depth") if raw else []
     schemes = list(dict.fromkeys(r["scheme"] for r in results["needle_grid"]))
     depths = sorted({r["depth"] for r in results["needle_grid"]})
@@ -729,7 +734,7 @@ def needle_grid(results):
         title = scheme
         if learned:
             seeds = {r["seed"] for r in results["needle_grid"] if r["scheme"] == scheme}
-            title += f" ({len(learned.get(scheme, ()))} of {len(seeds)} learned)"
+            title += f" ({len(learned.get(base(scheme), ()))} of {len(seeds)} learned)"
         ax.set(title=title, xlabel="context length")
     for ax in axes[:, 0]:
         ax.set_ylabel("needle depth (of the context)")
