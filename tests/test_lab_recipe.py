@@ -285,6 +285,10 @@ def test_check_reads_the_fourth_freeze_by_its_own_rule(smoke_run, tmp_path, caps
     assert "gain: 95% t-interval vs the smallest gain of interest" in out
     assert "family: every proposition of the preset" in out
     assert "replicated: 0 of 41 stated claims" in out
+    assert (
+        "partial: the freeze declared seeds 25-34 for its confirmation set; 8 of them are "
+        "missing here ([27, 28, 29, 30, 31, 32, 33, 34])" in out
+    )  # the smoke run's 25 and 26
     alien = dict(smoke_run, seeds=[5, 6])
     (tmp_path / "recall-recipe-confirmation.json").write_text(json.dumps(alien))
     assert main(argv) == CHECK_REFUSED

@@ -156,6 +156,12 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
     frozen = freeze("full" if smoke else preset)  # the module that froze them
     print(f"propositions: posenc/lab/{Path(frozen.__file__).name}, sha256 {frozen.frozen_hash()}")
     print(f"results: {path}, seeds {results.get('seeds')}")
+    declared = DECLARED_SEEDS.get(preset, {}).get(split, ())
+    missing = sorted(set(declared) - set(results.get("seeds") or ()))
+    if missing:  # e.g. a merge of the parts run so far: its verdicts are not the freeze's
+        print(f"partial: the freeze declared seeds {declared[0]}-{declared[-1]} for its {split} "
+              f"set; {len(missing)} of them are missing here ({missing}), so these verdicts "
+              "and the tally below are not the freeze's outcome")  # fmt: skip
     print("rules: effect 95% t-interval vs threshold; equivalence 90% t-interval within the "
           "margin (TOST); rate: seeds passing, 95% Clopper-Pearson vs 1/2")  # fmt: skip
     if preset in RECIPE_PRESETS:
