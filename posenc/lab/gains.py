@@ -121,6 +121,15 @@ def _accuracy(row: Mapping[str, Any], distances: list[int] | None, start: int | 
     return sum(kept) / len(kept) if kept else math.nan
 
 
+def _t_summary(values: Sequence[float]) -> tuple[float, float, float, float]:
+    """Mean, 95% t-interval and two-sided t-test p of "centred on 0"; NaN for all but the
+    mean when the values have no spread (the interval and the test are undefined)."""
+    if len(values) > 1 and max(values) > min(values):
+        mean, lo, hi = t_interval(values, 0.95, exact=True)
+        return mean, lo, hi, min(1.0, 2 * min(t_test(values, 0.0)))
+    return math.fsum(values) / len(values), math.nan, math.nan, math.nan
+
+
 def recall_gains(
     results: Mapping[str, Any],
     *,
@@ -205,11 +214,7 @@ def recall_gains(
         ]
         if not gains:
             continue
-        if len(gains) > 1 and max(gains) > min(gains):
-            mean, lo, hi = t_interval(gains, 0.95, exact=True)
-            p_t = min(1.0, 2 * min(t_test(gains, 0.0)))
-        else:  # no spread: no interval, and the t-test is undefined
-            mean, lo, hi, p_t = math.fsum(gains) / len(gains), math.nan, math.nan, math.nan
+        mean, lo, hi, p_t = _t_summary(gains)
         out.append({
             "scheme": scheme, "band": band, "factor": factor, "gains": gains,
             "seeds": len(gains), "mean": mean, "lo": lo, "hi": hi,
@@ -308,11 +313,7 @@ def lead_effects(results: Mapping[str, Any], *, alpha: float = 0.05) -> list[dic
             # accuracies are counts over a few hundred answers: equal differences must
             # compare equal (no spread), not differ by roundoff and feed a t-test
             diffs.append(round(g1 - g0, 12))
-        if len(diffs) > 1 and max(diffs) > min(diffs):
-            mean, lo, hi = t_interval(diffs, 0.95, exact=True)
-            p_t = min(1.0, 2 * min(t_test(diffs, 0.0)))
-        else:  # no spread: no interval, no t-test, no decision
-            mean, lo, hi, p_t = math.fsum(diffs) / len(diffs), math.nan, math.nan, math.nan
+        mean, lo, hi, p_t = _t_summary(diffs)
         out.append({
             "scheme": scheme, "band": band, "factor": factor, "lead": moved_by, "diffs": diffs,
             "seeds": len(diffs), "mean": mean, "lo": lo, "hi": hi, "p_t": p_t,
