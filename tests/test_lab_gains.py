@@ -206,6 +206,8 @@ def test_lead_effects_holm_and_the_rule(strings: list[str]) -> None:
 
 
 def test_lead_effects_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="alpha must lie strictly between 0 and 1"):
+        lab.lead_effects({"results": {}}, alpha=5)
     with pytest.raises(ValueError, match="train_len"):
         lab.lead_effects({"results": {}})
     with pytest.raises(ValueError, match="no recall_lead rows"):

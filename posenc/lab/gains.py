@@ -282,6 +282,8 @@ def lead_effects(results: Mapping[str, Any], *, alpha: float = 0.05) -> list[dic
         spread (no t-test to decide).  A row without spread enters Holm's family with
         ``p_t = 1``: it is one of the scheme x band cells the rule counts.
     """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
     if "results" not in results or "train_len" not in results.get("config", {}):
         raise ValueError("results must be a stored run with its config (its train_len)")
     res = results["results"]
