@@ -2,12 +2,15 @@
 
 import copy
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import posenc
 import posenc.lab as lab
@@ -123,6 +126,27 @@ def test_retrieval_batches_score_only_the_query():
     x, y, w = task.batch(4, 12, torch.Generator().manual_seed(0))
     assert w.sum() == 4 and (w[:, -1] == 1).all()
     assert ((y[:, -1] >= task.passkey.fillers) & (y[:, -1] < task.passkey.query)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 60), min_size=1))
+def test_format_seeds_is_the_inverse_of_parse_seeds(seeds):
+    text = lab.format_seeds(seeds)
+    assert lab.parse_seeds(text) == sorted(seeds)
+    # a run of three or more consecutive seeds is one "lo-hi"; shorter runs are listed
+    runs = [
+        len(list(g)) for _, g in itertools.groupby(enumerate(sorted(seeds)), lambda p: p[1] - p[0])
+    ]
+    assert len(text.split(",")) == sum(1 if n >= 3 else n for n in runs)
+
+
+def test_format_seeds_in_prose_and_on_bad_input():
+    assert lab.format_seeds((r for r in (27, 26, 25, 25)), dash="\u2013") == "25\u201327"
+    assert lab.format_seeds([9, 5, 6, 7, 11, 12]) == "5-7,9,11,12"
+    for bad, error in (([], ValueError), ([1, -2], ValueError), ([1.5], TypeError),
+                       (["3"], TypeError)):  # fmt: skip
+        with pytest.raises(error, match="seeds must"):
+            lab.format_seeds(bad)
 
 
 def test_config_and_run_all_refuse_bad_input():

@@ -44,7 +44,7 @@ from .model import INJECTIONS, SCHEMES, TinyDecoder, check_scheme
 from .patterns import LAYER_PATTERNS, LayerSpec, layer_pattern, pattern_from_layers
 from .recall import learned_seeds
 from .replication import DECLARED_SEEDS, WITHDRAWN, replication_tally
-from .run import TOLERANCE, compare, merge, parse_seeds, run_all, summarize
+from .run import TOLERANCE, compare, format_seeds, merge, parse_seeds, run_all, summarize
 from .stats import t_interval
 from .sweeps import unseen_angle_pairs, yarn_split
 from .tasks import LanguageTask, RecallTask, RetrievalTask
@@ -94,6 +94,7 @@ __all__ = [
     "learned_seeds",
     "load_results",
     "merge",
+    "format_seeds",
     "parse_seeds",
     "pattern_from_layers",
     "peak_memory_mb",

@@ -38,8 +38,10 @@ from . import (
     RESULTS_DIR,
     SPLITS,
     compare,
+    format_seeds,
     load_results,
     merge,
+    parse_seeds,
     results_path,
     run_all,
 )  # fmt: skip
@@ -64,8 +66,6 @@ def _experiments(text: str) -> list[str]:
 
 
 def _seeds(text: str) -> list[int]:
-    from .run import parse_seeds
-
     try:
         return parse_seeds(text)
     except ValueError as err:
@@ -134,7 +134,7 @@ def _refusal(results: dict[str, Any], preset: str, split: str, path: Path) -> st
         alien = sorted(set(seeds) - set(declared))
         if alien:
             return (f"{path} holds seeds {alien} that the freeze of preset {preset!r} did not "
-                    f"declare for its {split} set ({declared[0]}-{declared[-1]}): a file saved "
+                    f"declare for its {split} set ({format_seeds(declared)}): a file saved "
                     f"under the wrong --split cannot be checked as that split")  # fmt: skip
     return None
 
@@ -159,7 +159,7 @@ def _print_check(results: dict[str, Any], preset: str, split: str, path: Path) -
     declared = DECLARED_SEEDS.get(preset, {}).get(split, ())
     missing = sorted(set(declared) - set(results.get("seeds") or ()))
     if missing:  # e.g. a merge of the parts run so far: its verdicts are not the freeze's
-        print(f"partial: the freeze declared seeds {declared[0]}-{declared[-1]} for its {split} "
+        print(f"partial: the freeze declared seeds {format_seeds(declared)} for its {split} "
               f"set; {len(missing)} of them are missing here ({missing}), so these verdicts "
               "and the tally below are not the freeze's outcome")  # fmt: skip
     print("rules: effect 95% t-interval vs threshold; equivalence 90% t-interval within the "

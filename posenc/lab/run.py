@@ -22,8 +22,8 @@ from .stats import t_interval
 from .train import peak_memory_mb
 
 __all__ = [
-    "PER_ANSWER", "SETTINGS", "TOLERANCE", "compare", "merge", "parse_seeds", "run_all",
-    "summarize",
+    "PER_ANSWER", "SETTINGS", "TOLERANCE", "compare", "format_seeds", "merge", "parse_seeds",
+    "run_all", "summarize",
 ]  # fmt: skip
 
 #: A :func:`run_all` output, as stored in a results file: ``config``, ``seeds``,
@@ -68,6 +68,45 @@ def parse_seeds(text: Seeds) -> list[int]:
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {text!r}")
     return seeds
+
+
+def format_seeds(seeds: Iterable[int], dash: str = "-") -> str:
+    """Seeds as short text, the inverse of :func:`parse_seeds`: ``{0, 1, 2, 3, 4}`` -> ``"0-4"``.
+
+    Parameters
+    ----------
+    seeds
+        Non-negative ints, at least one, in any order; a seed given twice counts once
+        (e.g. the seeds of a table's rows).
+    dash
+        What joins the ends of a run of consecutive seeds: ``"-"`` (the default) gives
+        text that :func:`parse_seeds` reads back; the book's prose uses an en dash.
+
+    Returns
+    -------
+    The seeds in ascending order, each run of three or more consecutive seeds written
+    ``lo-hi``, joined by commas: ``{5, 6, 7, 9}`` -> ``"5-7,9"``, ``{3, 4}`` -> ``"3,4"``.
+
+    Examples
+    --------
+    >>> format_seeds(range(25, 35))
+    '25-34'
+    >>> format_seeds([9, 5, 6, 7, 7, 11, 12], dash="\u2013")
+    '5\u20137,9,11,12'
+    """
+    unique = sorted({check_int("seeds", s, minimum=0) for s in seeds})
+    if not unique:
+        raise ValueError("seeds must hold at least one seed, got none")
+    runs: list[list[int]] = []
+    for s in unique:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    parts = []  # a pair reads better as "3,4" than as "3-4"
+    for lo, hi in runs:
+        parts += [f"{lo}{dash}{hi}"] if hi - lo >= 2 else [str(s) for s in range(lo, hi + 1)]
+    return ",".join(parts)
 
 
 def _run_seed(
