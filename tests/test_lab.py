@@ -147,6 +147,9 @@ def test_format_seeds_in_prose_and_on_bad_input():
                        (["3"], TypeError)):  # fmt: skip
         with pytest.raises(error, match="seeds must"):
             lab.format_seeds(bad)
+    for dash in ("", ",", "1", None):  # each would make the text read as other seeds
+        with pytest.raises(ValueError, match="dash must"):
+            lab.format_seeds([5, 6, 7], dash=dash)
 
 
 def test_config_and_run_all_refuse_bad_input():

@@ -80,7 +80,8 @@ def format_seeds(seeds: Iterable[int], dash: str = "-") -> str:
         (e.g. the seeds of a table's rows).
     dash
         What joins the ends of a run of consecutive seeds: ``"-"`` (the default) gives
-        text that :func:`parse_seeds` reads back; the book's prose uses an en dash.
+        text that :func:`parse_seeds` reads back; the book's prose uses an en dash.  A
+        digit or comma is refused (``ValueError``): the text would read as other seeds.
 
     Returns
     -------
@@ -94,6 +95,9 @@ def format_seeds(seeds: Iterable[int], dash: str = "-") -> str:
     >>> format_seeds([9, 5, 6, 7, 7, 11, 12], dash="\u2013")
     '5\u20137,9,11,12'
     """
+    if not isinstance(dash, str) or not dash or any(c.isdigit() or c == "," for c in dash):
+        # a digit or comma there would make "5,6,7" read as other seeds
+        raise ValueError(f"dash must be a non-empty string with no digit or comma, got {dash!r}")
     unique = sorted({check_int("seeds", s, minimum=0) for s in seeds})
     if not unique:
         raise ValueError("seeds must hold at least one seed, got none")
