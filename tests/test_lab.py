@@ -467,7 +467,9 @@ def test_importing_posenc_lab_needs_neither_tqdm_nor_matplotlib():
 # ------------------------------------------------------------------ what the chapter states
 
 
-@pytest.mark.parametrize("preset", ["full", "recall", "recall-warmup", "fflm", "lm-budget"])
+@pytest.mark.parametrize(
+    "preset", ["full", "recall", "recall-warmup", "fflm", "lm-budget", "recall-recipe"]
+)
 def test_the_withdrawn_claims_are_exactly_those_the_confirmation_set_failed(preset):
     """posenc.lab.replication can neither hide a failure nor drop a claim that replicated."""
     stored = load_results(preset, split="confirmation")
@@ -477,7 +479,7 @@ def test_the_withdrawn_claims_are_exactly_those_the_confirmation_set_failed(pres
 
 def test_a_withdrawal_only_removes_a_stated_claim_of_its_preset():
     assert set(lab.WITHDRAWN) == {
-        "full", "recall", "recall-warmup", "fflm", "fflm-length", "lm-budget"
+        "full", "recall", "recall-warmup", "fflm", "fflm-length", "lm-budget", "recall-recipe"
     }  # fmt: skip
     for preset, names in lab.WITHDRAWN.items():
         stated = {p.name for p in lab.propositions_for(preset) if p.stated is not None}

@@ -341,3 +341,44 @@ def test_stored_lm_budget_set_is_the_frozen_preset_on_its_declared_seeds():
     verdicts = lab.check(stored, lab.propositions_for("lm-budget"))
     assert {v["seeds"] for v in verdicts} == {10}
     assert lab.replication_tally(verdicts)["stated"] == 7
+
+
+def test_stored_recall_recipe_set_is_the_frozen_preset_on_its_declared_seeds():
+    """recall-recipe-confirmation.json: the preset's settings on seeds 25-34, which no recall
+    run used before, every scheme on every seed under one recipe, each stated scheme with its
+    trained control, the moved far bands and RoPE's scaled needle grids, decided by the
+    freeze."""
+    stored = load_results("recall-recipe", split="confirmation")
+    config = PRESETS["recall-recipe"].to_dict()
+    lists = ("schemes", "passkey_schemes", "recall_schemes")  # in the parts' order (--merge)
+    assert {k: v for k, v in stored["config"].items() if k not in lists} == dict(
+        {k: v for k, v in config.items() if k not in lists}, seed=25
+    )
+    for key in lists:
+        assert sorted(stored["config"][key] or []) == sorted(config[key] or []), key
+    assert set(stored["config"]["schemes"]) == set(recipe.SCHEMES)
+    assert stored["seeds"] == list(recipe.SEEDS)
+    earlier = {
+        s
+        for preset, split in (("recall", "discovery"), ("recall", "confirmation"),
+                              ("recall-warmup", "discovery"), ("recall-warmup", "confirmation"))
+        for s in load_results(preset, split=split)["seeds"]
+    }  # fmt: skip
+    assert not earlier & set(stored["seeds"])
+    rows = stored["results"]["recall"]
+    in_view = {(r["scheme"], r["seed"]) for r in rows if r["factor"] == 0}
+    assert in_view == {(s, seed) for s in recipe.SCHEMES for seed in recipe.SEEDS}
+    controls = {
+        (r["scheme"].split(":")[0], r["seed"])
+        for r in rows
+        if r.get("attention") == "trained-window"
+    }
+    assert controls == {(s, seed) for s in recipe.CONTROL_SCHEMES for seed in recipe.SEEDS}
+    leads = {r["lead"] for r in stored["results"]["recall_lead"]}
+    assert leads == {0, 8 * stored["config"]["train_len"]}
+    assert set(recipe.ROPE_SCALED) <= {r["scheme"] for r in stored["results"]["needle_grid"]}
+    verdicts = lab.check(stored, lab.propositions_for("recall-recipe"))
+    assert {v["seeds"] for v in verdicts if v["verdict"] != "no rows"} == {10}
+    tally = lab.replication_tally(verdicts)
+    assert tally["stated"] == 41
+    assert set(tally["failed"]) == set(lab.WITHDRAWN["recall-recipe"])

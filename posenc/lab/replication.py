@@ -61,6 +61,31 @@ WITHDRAWN: dict[str, dict[str, str]] = {
     "fflm-length": {},
     # the fourth freeze (posenc.lab.recipe_propositions): its language models on seeds 25-34
     "lm-budget": {},
+    # the fourth freeze's recall claims on seeds 25-34: RoPE learned on 8 of 10 seeds, and
+    # five gains' intervals straddle the smallest effect of interest (0.05)
+    "recall-recipe": {
+        "learns-rope": "stated holds; inconclusive on seeds 25-34, 8 of 10 seeds learned",
+        "gain-none-L-2L-at-8L": (
+            "stated fails; inconclusive on seeds 25-34, gain +0.048, 95% [+0.020, +0.076], "
+            "Wilcoxon p 0.977"
+        ),
+        "gain-rope-L-2L-at-2L": (
+            "stated holds; inconclusive on seeds 25-34, gain +0.088, 95% [+0.026, +0.149], "
+            "Wilcoxon p 0.232"
+        ),
+        "gain-rope-L-2L-at-8L": (
+            "stated holds; inconclusive on seeds 25-34, gain +0.031, 95% [+0.009, +0.053], "
+            "Wilcoxon p 0.131"
+        ),
+        "gain-xpos-4L-8L-at-8L": (
+            "stated holds; inconclusive on seeds 25-34, gain +0.101, 95% [+0.044, +0.158], "
+            "Wilcoxon p 0.064"
+        ),
+        "gain-rope:pi-4L-8L-at-8L": (
+            "stated holds; inconclusive on seeds 25-34, gain +0.071, 95% [+0.035, +0.108], "
+            "Wilcoxon p 0.275"
+        ),
+    },
 }
 
 #: The seeds each freeze declared for its discovery and its confirmation set, by preset
