@@ -161,7 +161,10 @@ DEFINING: dict[str, dict[str, str]] = {
     "lab_recall": {
         "0": "a needle's depth as a share of the context: 0% is the first token (a setting)",
         "100": "the same: 100% is just before the query block (a setting)",
-        "5": "the 5% level of the warmup ablation's sign test, fixed before its run",
+        "5": (
+            "the 5% level of a test fixed before its run: the warmup ablation's sign test, and "
+            "the moved bands' Holm-adjusted t-test (lab.lead_effects)"
+        ),
         "95": "the confidence level of the t-intervals on the gains (a choice)",
         "90": "the level of the TOST interval, two one-sided tests at 5% (a choice)",
     },
